@@ -1,0 +1,1 @@
+"""Builtin plugins: one package per feature area."""

@@ -1,0 +1,1 @@
+"""Notification center: persisted history and the live stream."""

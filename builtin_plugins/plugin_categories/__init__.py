@@ -1,0 +1,1 @@
+"""Plugin categories: the vocabulary the store and plugin manifests use."""

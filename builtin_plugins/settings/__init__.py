@@ -1,0 +1,1 @@
+"""User settings: theme, language, layout, log level and computer use."""

@@ -1,0 +1,1 @@
+"""Setup wizard: choose and initialise the database backend (SETUP mode only)."""

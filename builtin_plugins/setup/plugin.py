@@ -1,0 +1,8 @@
+"""Setup wizard wiring."""
+from hookspecs import hookimpl
+
+
+@hookimpl
+def register_routes(host):
+    from .routes import bp
+    return [bp]

@@ -1,0 +1,1 @@
+"""The tool catalog endpoint: every tool the agent and chat can call."""

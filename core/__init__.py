@@ -1,0 +1,1 @@
+"""agenthost core: the small kernel every feature area plugs into."""

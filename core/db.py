@@ -1,0 +1,131 @@
+"""The database: engine per datasource, sessions, the startup probe and Alembic migrations."""
+import datetime as dt
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import DateTime, create_engine, event, text
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+from . import datasource as ds_file
+
+log = logging.getLogger("agenthost.db")
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+class Model(DeclarativeBase):
+    """Base class of every area's tables (each area keeps its own in its models.py)."""
+
+
+class UTCDateTime(TypeDecorator):
+    """A UTC timestamp with microseconds on every backend, returned timezone-aware."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name == "mysql":
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=None)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else value.replace(tzinfo=dt.timezone.utc)
+
+
+def utcnow():
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def isoformat(value):
+    """``2026-11-21T15:25:56.123Z``: the one timestamp format of the API."""
+    if value is None:
+        return None
+    return value.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Database:
+    """An engine and session factory for one datasource."""
+
+    def __init__(self, url, connect_args=None):
+        self.url = url
+        self.kind = url.get_backend_name()
+        kwargs = {"future": True}
+        connect_args = dict(connect_args or {})
+        if self.kind == "sqlite":
+            # Greenlets share pooled connections; sqlite's own thread check would refuse that.
+            connect_args["check_same_thread"] = False
+        else:
+            kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20, pool_recycle=1800)
+        self.engine = create_engine(url, connect_args=connect_args, **kwargs)
+        if self.kind == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def from_datasource(cls, data_dir, datasource, timeout=5):
+        url, connect_args = ds_file.engine_url(data_dir, datasource, timeout)
+        if url.get_backend_name() == "sqlite":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        return cls(url, connect_args)
+
+    def probe(self):
+        """Run the trivial query; raises on any failure."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    @contextmanager
+    def session(self):
+        """A unit of work: commits on success, rolls back on error."""
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def migrate(self, folders):
+        """Upgrade every migration folder (one Alembic branch each) to its head."""
+        from alembic.config import Config as AlembicConfig
+        from alembic.runtime.environment import EnvironmentContext
+        from alembic.script import ScriptDirectory
+
+        folders = [str(f) for f in folders]
+        if not folders:
+            return
+        script = ScriptDirectory(str(MIGRATIONS_DIR), version_locations=folders)
+
+        def upgrade(rev, context):
+            return script._upgrade_revs("heads", rev)
+
+        with self.engine.begin() as conn:
+            env = EnvironmentContext(AlembicConfig(), script, fn=upgrade,
+                                     destination_rev="heads")
+            with env:
+                env.configure(connection=conn)
+                with env.begin_transaction():
+                    env.run_migrations()
+
+    def dispose(self):
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_conn, _record):
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()

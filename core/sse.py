@@ -1,0 +1,63 @@
+"""Server-Sent Events: the one helper every stream uses."""
+import json
+
+from flask import Response
+from gevent.queue import Empty
+
+from .events import CLOSED
+
+HEADERS = {
+    "Cache-Control": "no-cache, no-store",
+    "X-Accel-Buffering": "no",
+    "Connection": "keep-alive",
+}
+
+
+def frame(event, data):
+    """One SSE frame: an ``event:`` line and a single-line JSON ``data:`` line."""
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def comment(text):
+    return f": {text}\n\n"
+
+
+def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_close=None):
+    """Stream a subscription's ``(event, data)`` items as SSE.
+
+    ``connected`` sends the ``: connected`` comment first. The interface requires it
+    on chat and agent streams; every stream sends it, because gevent's server only
+    sends the response headers with the first body chunk, and a client should not
+    wait a heartbeat interval to learn that its stream is open.
+    ``replay`` items are sent before live ones. A ``: heartbeat`` comment goes out
+    after ``heartbeat`` idle seconds, which is also how a vanished client is noticed.
+    An ``error`` frame ends the stream. Cleanup runs however the stream ends.
+    """
+
+    def generate():
+        try:
+            if connected:
+                yield comment("connected")
+            for event, data in replay:
+                yield frame(event, data)
+                if event == "error":
+                    return
+            while True:
+                try:
+                    item = subscription.get(timeout=heartbeat)
+                except Empty:
+                    yield comment("heartbeat")
+                    continue
+                if item is CLOSED:
+                    return
+                event, data = item
+                yield frame(event, data)
+                if event == "error":
+                    return
+        finally:
+            subscription.close()
+            if on_close is not None:
+                on_close()
+
+    return Response(generate(), mimetype="text/event-stream", headers=HEADERS,
+                    direct_passthrough=True)
