@@ -1,8 +1,10 @@
 """The plugin manager: builtin plugins, entry-point extensions, and which are disabled."""
 import importlib
+import inspect
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -13,6 +15,7 @@ import hookspecs
 
 log = logging.getLogger("agenthost.plugins")
 
+PROJECT = "agenthost"
 ENTRY_POINT_GROUP = "agenthost"
 STATE_FILE = "plugins.json"
 
@@ -23,10 +26,17 @@ BUILTIN_PLUGINS = (
     "plugin_categories",
     "notifications",
     "tools",
+    "runtime_plugins",
 )
 
 # Disabling these would leave no way back into a working host.
 REQUIRED_PLUGINS = ("setup",)
+
+# Stopping runs backwards: a plugin shuts down before the plugins that started before it.
+REVERSED_HOOKS = frozenset({"shutdown"})
+
+# A plugin name becomes a URL segment (/api/ext/<name>/) and part of blueprint names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 @dataclass
@@ -46,9 +56,10 @@ class PluginRecord:
 def read_disabled(data_dir):
     path = Path(data_dir) / STATE_FILE
     try:
-        return set(json.loads(path.read_text(encoding="utf-8")).get("disabled", []))
+        names = json.loads(path.read_text(encoding="utf-8")).get("disabled", [])
     except (OSError, ValueError, AttributeError):
         return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def write_disabled(data_dir, disabled):
@@ -67,80 +78,139 @@ def _version():
         return None
 
 
-def _hooks_of(module_or_obj):
-    names = []
-    for attr in dir(module_or_obj):
-        fn = getattr(module_or_obj, attr, None)
-        if callable(fn) and hasattr(fn, "agenthost_impl"):
-            names.append(attr)
-    return sorted(names)
+def _impls_of(plugin):
+    """``{hook name: hookimpl options}`` of a module or object, found as pluggy finds them."""
+    impls = {}
+    for attr in dir(plugin):
+        try:
+            fn = getattr(plugin, attr)
+        except Exception:
+            continue
+        if not inspect.isroutine(fn):
+            continue
+        opts = getattr(fn, PROJECT + "_impl", None)
+        if isinstance(opts, dict):
+            impls[opts.get("specname") or attr] = opts
+    return impls
 
 
 class PluginSet:
-    """A pluggy manager plus the record of every plugin it was asked to load."""
+    """A pluggy manager plus the record of every plugin it was asked to load.
+
+    One per app (never global). Loading never raises: a plugin that cannot be
+    imported, has a bad name, clashes with another plugin's name or implements
+    a hook that has no specification is recorded with its error and left out.
+    """
 
     def __init__(self, data_dir, plugins=(), *, load_entry_points=True, builtins=BUILTIN_PLUGINS):
-        self.pm = pluggy.PluginManager("agenthost")
+        self.pm = pluggy.PluginManager(PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.records = {}
         self.builtin_names = set()
-        disabled = read_disabled(data_dir)
+        # A required plugin listed in a hand-edited state file stays enabled.
+        disabled = read_disabled(data_dir) - set(REQUIRED_PLUGINS)
         builtin_version = _version()
 
         for name in builtins:
-            record = PluginRecord(name, "builtin", builtin_version, name not in disabled)
-            self.records[name] = record
+            record = self._new_record(name, "builtin", builtin_version, name not in disabled)
             try:
                 module = importlib.import_module(f"builtin_plugins.{name}.plugin")
-                record.hooks = _hooks_of(module)
-                if record.enabled:
-                    self.pm.register(module, name=name)
-                    self.builtin_names.add(name)
             except Exception as exc:
                 self._fail(record, exc)
+                continue
+            if self._register(record, module):
+                self.builtin_names.add(name)
 
         if load_entry_points:
             for ep in entry_points(group=ENTRY_POINT_GROUP):
                 version = ep.dist.version if ep.dist else None
-                record = PluginRecord(ep.name, "extension", version, ep.name not in disabled)
-                if ep.name in self.records:
-                    record.error = "name clashes with an already loaded plugin"
-                    self.records[f"{ep.name} ({ep.value})"] = record
+                record = self._new_record(ep.name, "extension", version, ep.name not in disabled,
+                                          origin=ep.value)
+                if record is None or not record.enabled:
+                    # A disabled extension is not even imported: disabling is the way
+                    # out when its import itself is what breaks.
                     continue
-                self.records[ep.name] = record
                 try:
                     module = ep.load()
-                    record.hooks = _hooks_of(module)
-                    if record.enabled:
-                        self.pm.register(module, name=ep.name)
                 except Exception as exc:
                     self._fail(record, exc)
+                    continue
+                self._register(record, module)
 
         for plugin in plugins:
             name = getattr(plugin, "__name__", None) or type(plugin).__name__
-            record = PluginRecord(name, "extension", None, name not in disabled)
-            self.records[name] = record
-            try:
-                record.hooks = _hooks_of(plugin)
-                if record.enabled:
-                    self.pm.register(plugin, name=name)
-            except Exception as exc:
-                self._fail(record, exc)
+            record = self._new_record(name, "extension", getattr(plugin, "__version__", None),
+                                      name not in disabled, origin=repr(plugin))
+            if record is not None:
+                self._register(record, plugin)
 
-        try:
-            self.pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            # A hook implementation without a spec: drop that plugin, keep the rest.
-            name = self.pm.get_name(exc.plugin) if exc.plugin else None
-            if name:
-                self.pm.unregister(name=name)
+        # Our own checks refuse unspecified hooks plugin by plugin; this is the
+        # backstop pluggy offers, kept so nothing unchecked slips through.
+        while True:
+            try:
+                self.pm.check_pending()
+                break
+            except pluggy.PluginValidationError as exc:
+                name = self.pm.get_name(exc.plugin) if exc.plugin is not None else None
+                if not name or name not in self.records:
+                    raise
                 self._fail(self.records[name], exc)
 
+    def _new_record(self, name, kind, version, enabled, origin=None):
+        """A record for ``name``, or None when the name cannot be used (recorded as an error)."""
+        record = PluginRecord(name, kind, version, enabled)
+        problem = None
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            problem = "invalid plugin name: use 1-64 of A-Z a-z 0-9 _ - (starting with a letter or digit)"
+        elif name in self.records:
+            problem = f"name clashes with the {self.records[name].kind} plugin {name!r}; not loaded"
+        if problem is None:
+            self.records[name] = record
+            return record
+        # Keep the refused plugin visible without touching the record it clashed with.
+        key = f"{name} ({origin})" if origin else f"{name} (refused)"
+        record.name, record.enabled, record.error = key, False, problem
+        self.records[key] = record
+        log.error("plugin %s refused: %s", key, problem)
+        return None
+
+    def _register(self, record, plugin):
+        """Check and register one plugin; True when it is registered."""
+        impls = _impls_of(plugin)
+        record.hooks = sorted(impls)
+        if not record.enabled:
+            return False
+        unknown = sorted(h for h, opts in impls.items()
+                         if not opts.get("optionalhook") and not self._has_spec(h))
+        wrappers = sorted(h for h, opts in impls.items() if opts.get("hookwrapper") or opts.get("wrapper"))
+        if unknown:
+            self._fail(record, f"hook implementation without a specification: {', '.join(unknown)}")
+            return False
+        if wrappers:
+            self._fail(record, "hook wrappers are not supported (hooks are called implementation "
+                               f"by implementation): {', '.join(wrappers)}")
+            return False
+        if self.pm.is_registered(plugin):
+            other = self.pm.get_name(plugin)
+            self._fail(record, f"the same plugin object is already registered as {other!r}")
+            return False
+        try:
+            self.pm.register(plugin, name=record.name)
+        except Exception as exc:  # a signature that does not match its spec, for one
+            self._fail(record, exc)
+            return False
+        return True
+
+    def _has_spec(self, hook_name):
+        caller = getattr(self.pm.hook, hook_name, None)
+        return caller is not None and caller.has_spec()
+
     def _fail(self, record, exc):
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
         log.error("plugin %s failed to load: %s", record.name, record.error)
-        if self.pm.has_plugin(record.name):
+        if self.pm.get_plugin(record.name) is not None:
             self.pm.unregister(name=record.name)
+        self.builtin_names.discard(record.name)
 
     def fail(self, name, exc):
         """Record a failure found later (a bad registration) and drop the plugin."""
@@ -150,17 +220,38 @@ class PluginSet:
     def is_builtin(self, name):
         return name in self.builtin_names
 
+    def is_active(self, name):
+        """Registered and not dropped by a failure."""
+        return self.pm.get_plugin(name) is not None
+
+    def hookimpls(self, hook_name):
+        """Implementations of a hook in call order.
+
+        Registration order (tryfirst ones first, trylast ones last), so builtin
+        plugins come before extensions and the first plugin to claim a name
+        keeps it; reversed for the hooks in REVERSED_HOOKS.
+        """
+        impls = [i for i in getattr(self.pm.hook, hook_name).get_hookimpls()
+                 if not (i.hookwrapper or i.wrapper)]
+        # pluggy keeps trylast impls at the front in reverse order, then the rest in
+        # registration order, tryfirst ones at the end; pluggy itself calls them LIFO.
+        first = [i for i in impls if i.tryfirst]
+        last = [i for i in impls if i.trylast][::-1]
+        middle = [i for i in impls if not i.tryfirst and not i.trylast]
+        ordered = first + middle + last
+        return ordered[::-1] if hook_name in REVERSED_HOOKS else ordered
+
     def call_each(self, hook_name, *, registry=False, **kwargs):
         """Call a hook implementation by implementation, isolating failures.
 
-        Yields ``(plugin_name, result)``; an implementation that raises is logged
-        (and yields nothing) while the others still run. For a ``registry`` hook
-        (``register_*``) the failing plugin is also recorded as failed and dropped.
+        Yields ``(plugin_name, result)`` in the order of ``hookimpls``. An
+        implementation that raises is logged (and yields nothing) while the others
+        still run. For a ``registry`` hook (``register_*``) the failing plugin is
+        also recorded as failed and dropped.
         """
-        caller = getattr(self.pm.hook, hook_name)
-        for impl in reversed(caller.get_hookimpls()):  # registration order
+        for impl in self.hookimpls(hook_name):
             name = impl.plugin_name
-            if not self.pm.has_plugin(name):
+            if not self.is_active(name):
                 continue  # dropped by an earlier failure in this pass
             try:
                 result = impl.function(*[kwargs[arg] for arg in impl.argnames])

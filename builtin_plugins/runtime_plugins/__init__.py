@@ -1,0 +1,1 @@
+"""Runtime plugins: installed packages, their worker processes, invoke/cancel, status and logs."""

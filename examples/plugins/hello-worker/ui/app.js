@@ -1,0 +1,1 @@
+document.getElementById("external").textContent = "external script ran";
