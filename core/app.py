@@ -13,6 +13,7 @@ from .plugins import PluginSet
 log = logging.getLogger("agenthost.app")
 
 EXTENSION_PREFIX = "/api/ext"
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
 def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
@@ -41,6 +42,10 @@ def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
 
     @app.before_request
     def _filter():
+        # A page that rebinds its own domain to 127.0.0.1 reaches us with a foreign Host header;
+        # refusing it keeps the token-free routes (setup, UI assets) out of other sites' reach.
+        if request.host.rsplit(":", 1)[0].strip("[]").lower() not in LOOPBACK_NAMES:
+            raise ApiError(403, "host_not_allowed", "Requests must address the service on the loopback interface.")
         auth.check_request(host)
         path = request.path
         if host.mode == SETUP and path.startswith("/api/") and not path.startswith(("/api/health", "/api/setup")):
