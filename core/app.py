@@ -31,7 +31,7 @@ def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
     host = Host(config, plugin_set)
     host.set_log_level(config["service.log-level"])
 
-    app = Flask("agenthost")
+    app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = config["service.max-body-bytes"]
     app.json.sort_keys = False
     app.url_map.strict_slashes = False
@@ -66,8 +66,14 @@ def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
         from .openapi import build
         return jsonify(build(app))
 
+    # Registries first: a plugin refused for a duplicate tool name mounts no routes,
+    # and one whose routes fail takes its tools out again.
+    tools_by_plugin = _register_tools(host)
     _mount_routes(app, host)
-    _register_tools(host)
+    for name, tool_names in tools_by_plugin.items():
+        if host.plugins.records.get(name) is not None and host.plugins.records[name].error:
+            for tool_name in tool_names:
+                host.tools.remove(tool_name)
     if start:
         host.boot()
     return app
@@ -88,8 +94,10 @@ def _mount_routes(app, host):
 
 
 def _register_tools(host):
+    """Add every plugin's tools; returns {plugin name: [tool names]}."""
+    by_plugin = {}
     for name, tools in host.plugins.call_each("register_tools", registry=True, host=host):
-        added = []
+        added = by_plugin.setdefault(name, [])
         try:
             for tool in tools or []:
                 if tool.source == "builtin" and not host.plugins.is_builtin(name):
@@ -99,4 +107,6 @@ def _register_tools(host):
         except Exception as exc:
             for tool_name in added:
                 host.tools.remove(tool_name)
+            added.clear()
             host.plugins.fail(name, exc)
+    return by_plugin
