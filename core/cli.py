@@ -95,24 +95,42 @@ def plugins():
 @plugins.command("list")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def plugins_list(data_dir, as_json):
+@click.option("--check", is_flag=True,
+              help="Also run the registration hooks (routes, tools, commands) as a start "
+                   "would, and report their failures.")
+def plugins_list(data_dir, as_json, check):
     """Name, kind, version, enabled, hooks and load error of every plugin."""
-    records = PluginSet(_data_dir(data_dir)).list()
+    data_dir = _data_dir(data_dir)
+    if check:
+        from .app import create_app
+
+        # Failures are in the listing; the log would only repeat them.
+        logging.getLogger("agenthost").setLevel(logging.CRITICAL)
+        app = create_app(Config({"service.data-dir": data_dir}), start=False)
+        plugin_set = app.extensions["agenthost"].plugins
+        build_cli(plugin_set)
+    else:
+        plugin_set = PluginSet(data_dir)
+    records = plugin_set.list()
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
+    click.echo(f"{'NAME':<20} {'KIND':<9} {'VERSION':<10} {'STATE':<8} HOOKS")
     for r in records:
         state = "enabled" if r["enabled"] else "disabled"
-        line = f"{r['name']:<20} {r['kind']:<9} {r['version'] or '-':<10} {state:<8} {', '.join(r['hooks'])}"
+        hooks = ", ".join(r["hooks"]) or "-"
+        line = f"{r['name']:<20} {r['kind']:<9} {r['version'] or '-':<10} {state:<8} {hooks}"
         if r["error"]:
             line += f"\n    error: {r['error']}"
         click.echo(line)
 
 
 def _known(data_dir, name):
-    records = {r["name"] for r in PluginSet(data_dir).list()}
-    if name not in records:
-        raise click.ClickException(f"no plugin named {name!r}; see `core plugins list`")
+    plugin_set = PluginSet(data_dir)
+    if name not in plugin_set.records:
+        known = ", ".join(n for n, r in plugin_set.records.items() if " " not in n)
+        raise click.ClickException(
+            f"no plugin named {name!r} (known: {known}); see `core plugins list`")
 
 
 @plugins.command("enable")
@@ -124,6 +142,8 @@ def plugins_enable(name, data_dir):
     disabled = read_disabled(data_dir)
     if name not in disabled:
         _known(data_dir, name)
+        click.echo(f"{name} is already enabled")
+        return
     disabled.discard(name)
     write_disabled(data_dir, disabled)
     click.echo(f"{name} enabled; restart the host to apply")
@@ -137,8 +157,11 @@ def plugins_disable(name, data_dir):
     data_dir = _data_dir(data_dir)
     if name in REQUIRED_PLUGINS:
         raise click.ClickException(f"{name} is required and cannot be disabled")
-    _known(data_dir, name)
     disabled = read_disabled(data_dir)
+    if name in disabled:
+        click.echo(f"{name} is already disabled")
+        return
+    _known(data_dir, name)
     disabled.add(name)
     write_disabled(data_dir, disabled)
     click.echo(f"{name} disabled; restart the host to apply")
@@ -156,9 +179,51 @@ def openapi(data_dir):
     click.echo(json.dumps(build(app), indent=2))
 
 
-def build_cli():
-    """The ``core`` group with every enabled plugin's commands added."""
-    plugin_set = PluginSet(str(default_data_dir()))
-    for _name, _ in plugin_set.call_each("register_commands", registry=True, cli=cli):
-        pass
-    return cli
+def _data_dir_in(argv):
+    """The ``--data-dir`` of a command line, read before click parses it.
+
+    Extensions' commands are added before parsing, and which extensions are
+    disabled depends on the data directory the command will use.
+    """
+    for i, arg in enumerate(argv):
+        if arg == "--data-dir" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--data-dir="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def build_cli(plugin_set=None, argv=None):
+    """A ``core`` group with the builtin commands plus every enabled plugin's commands.
+
+    Each plugin adds its commands to a group of its own; they are then copied
+    into ``core`` unless a name is already taken, in which case the plugin's
+    commands are all refused (recorded on ``plugin_set`` and logged): an
+    extension can never replace ``serve`` or another plugin's command.
+    """
+    if plugin_set is None:
+        argv = sys.argv[1:] if argv is None else argv
+        plugin_set = PluginSet(_data_dir(_data_dir_in(argv)))
+    group = click.Group(name="core", help=cli.help, commands=dict(cli.commands))
+    owners = {name: "core" for name in group.commands}
+    for impl in plugin_set.hookimpls("register_commands"):
+        name = impl.plugin_name
+        if not plugin_set.is_active(name):
+            continue
+        own = click.Group(name=name)
+        try:
+            impl.function(*[own for _ in impl.argnames])  # the spec's only argument is cli
+        except Exception as exc:
+            logging.getLogger("agenthost.plugins").exception(
+                "plugin %s failed in register_commands", name)
+            plugin_set.fail(name, exc)
+            continue
+        taken = sorted(c for c in own.commands if c in owners)
+        if taken:
+            plugin_set.fail(name, "command name already taken: " + ", ".join(
+                f"{c} (by {owners[c]})" for c in taken))
+            continue
+        for command_name, command in own.commands.items():
+            group.add_command(command, command_name)
+            owners[command_name] = name
+    return group

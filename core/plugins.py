@@ -113,6 +113,8 @@ class PluginSet:
 
         for name in builtins:
             record = self._new_record(name, "builtin", builtin_version, name not in disabled)
+            if record is None:
+                continue
             try:
                 module = importlib.import_module(f"builtin_plugins.{name}.plugin")
             except Exception as exc:
@@ -139,8 +141,9 @@ class PluginSet:
 
         for plugin in plugins:
             name = getattr(plugin, "__name__", None) or type(plugin).__name__
+            origin = plugin.__name__ if inspect.ismodule(plugin) else type(plugin).__name__
             record = self._new_record(name, "extension", getattr(plugin, "__version__", None),
-                                      name not in disabled, origin=repr(plugin))
+                                      name not in disabled, origin=origin)
             if record is not None:
                 self._register(record, plugin)
 
@@ -161,14 +164,19 @@ class PluginSet:
         record = PluginRecord(name, kind, version, enabled)
         problem = None
         if not isinstance(name, str) or not NAME_RE.match(name):
-            problem = "invalid plugin name: use 1-64 of A-Z a-z 0-9 _ - (starting with a letter or digit)"
+            problem = ("invalid plugin name: use 1-64 of A-Z a-z 0-9 _ - "
+                       "(starting with a letter or digit)")
         elif name in self.records:
             problem = f"name clashes with the {self.records[name].kind} plugin {name!r}; not loaded"
         if problem is None:
             self.records[name] = record
             return record
         # Keep the refused plugin visible without touching the record it clashed with.
-        key = f"{name} ({origin})" if origin else f"{name} (refused)"
+        key = base = f"{name} ({origin})" if origin else f"{name} (refused)"
+        n = 1
+        while key in self.records:
+            n += 1
+            key = f"{base} #{n}"
         record.name, record.enabled, record.error = key, False, problem
         self.records[key] = record
         log.error("plugin %s refused: %s", key, problem)
@@ -182,7 +190,8 @@ class PluginSet:
             return False
         unknown = sorted(h for h, opts in impls.items()
                          if not opts.get("optionalhook") and not self._has_spec(h))
-        wrappers = sorted(h for h, opts in impls.items() if opts.get("hookwrapper") or opts.get("wrapper"))
+        wrappers = sorted(h for h, opts in impls.items()
+                          if opts.get("hookwrapper") or opts.get("wrapper"))
         if unknown:
             self._fail(record, f"hook implementation without a specification: {', '.join(unknown)}")
             return False
@@ -206,7 +215,11 @@ class PluginSet:
         return caller is not None and caller.has_spec()
 
     def _fail(self, record, exc):
-        record.error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, str):
+            # One line per error: pluggy's validation messages span several.
+            text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            exc = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        record.error = exc
         log.error("plugin %s failed to load: %s", record.name, record.error)
         if self.pm.get_plugin(record.name) is not None:
             self.pm.unregister(name=record.name)

@@ -1,4 +1,4 @@
-"""The agenthost hook specifications: the public extension API."""
+"""The agenthost hook specifications: the public extension API (see docs/extensions.md)."""
 import pluggy
 
 hookspec = pluggy.HookspecMarker("agenthost")
@@ -9,10 +9,14 @@ hookimpl = pluggy.HookimplMarker("agenthost")
 def register_routes(host):
     """Called once while the app is built. Return a list of flask.Blueprint.
 
-    Builtin plugins mount at the interface's own paths; an extension's
-    blueprints are mounted under ``/api/ext/<plugin-name>/`` so that they can
-    never shadow a builtin route. Routes require the launch token unless the
-    view is marked otherwise with ``core.auth.ticket_auth`` or ``core.auth.no_auth``.
+    It runs before any database exists (the host may start in SETUP mode), so
+    keep ``host.db`` for the views. Builtin plugins mount at the interface's
+    own paths; an extension's blueprints are mounted under
+    ``/api/ext/<plugin-name>/`` so that they can never shadow a builtin route.
+    Routes require the launch token unless the view is marked otherwise with
+    ``core.auth.ticket_auth`` or ``core.auth.no_auth``. An implementation that
+    raises (or returns something that is not a list of blueprints) fails its
+    plugin: it is recorded and dropped, the others still mount.
     """
 
 
@@ -20,17 +24,23 @@ def register_routes(host):
 def register_tools(host):
     """Called once while the app is built. Return a list of ``core.tools.Tool``.
 
-    The tools join the live catalog (``GET /api/agent/tools``). A name that is
-    already taken is refused and the plugin is reported as failed.
+    The tools join the live catalog (``GET /api/agent/tools``); an extension's
+    tools get the source ``extension:<plugin-name>``. Plugins are asked in
+    registration order (builtin plugins first), so a name that is already
+    taken refuses the later plugin: none of its tools join, and it is
+    reported as failed.
     """
 
 
 @hookspec
 def register_commands(cli):
-    """Called when the ``core`` command line is built. Add click commands to ``cli``.
+    """Called when the ``core`` command line is built. Add commands to ``cli``; returns nothing.
 
-    This is the one hook without ``host``: the command line exists before any
-    host does. A command that needs a host builds one with ``core.app.create_app``.
+    ``cli`` is a click group of the plugin's own: its commands are copied into
+    ``core`` unless a name is taken (by ``core`` or an earlier plugin), in which
+    case all of the plugin's commands are refused. This is the one hook
+    without ``host``: the command line exists before any host does. A command
+    that needs a host builds one with ``core.app.create_app``.
     """
 
 
@@ -38,34 +48,48 @@ def register_commands(cli):
 def register_models(host):
     """Called before migrations run. Return a list of Alembic version folders.
 
-    Each folder holds the migrations of the plugin's tables; its first revision
-    has ``down_revision = None`` and a ``branch_labels`` naming the plugin. All
-    folders are upgraded to their heads when the host enters APP mode.
+    It runs each time the host enters APP mode. Each folder holds the
+    migrations of the plugin's tables; its first revision has
+    ``down_revision = None`` and a ``branch_labels`` naming the plugin. All
+    folders are upgraded to their heads before ``startup`` runs.
     """
 
 
 @hookspec
 def startup(host):
-    """Called when the host enters APP mode (the database is ready). Returns nothing."""
+    """Called when the host enters APP mode, after migrations. Returns nothing.
+
+    ``host.db`` is ready and no APP-mode request has been served yet.
+    Implementations run in registration order (builtin plugins first), so an
+    extension can use the services builtins ``provide``. One that raises is
+    logged; the others still run.
+    """
 
 
 @hookspec
 def shutdown(host):
-    """Called when the host leaves APP mode or stops. Returns nothing."""
+    """Called when the host leaves APP mode or stops. Returns nothing.
+
+    It runs before the database is released, in reverse registration order
+    (extensions before the builtin plugins they may use). One implementation
+    that raises is logged; the others still run.
+    """
 
 
 @hookspec
 def notification_created(host, notification):
-    """Called after a notification is committed and before it is fanned out.
+    """Called after a notification is committed, before it is fanned out. Returns nothing.
 
-    ``notification`` is the dict the stream sends. Returns nothing.
+    ``notification`` is the dict the stream sends. One implementation that
+    raises is logged; the others still run and the notification is still sent.
     """
 
 
 @hookspec
 def settings_changed(host, settings, changed):
-    """Called after a settings update is committed.
+    """Called after a settings update is committed. Returns nothing.
 
-    ``settings`` is the full settings dict, ``changed`` the names of the fields
-    whose values changed. Returns nothing.
+    ``settings`` is the full settings dict, ``changed`` the names of the
+    fields whose values changed. One implementation that raises is logged;
+    the others still run and the update stands.
     """

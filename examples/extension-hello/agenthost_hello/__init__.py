@@ -1,0 +1,1 @@
+"""agenthost-hello: an example extension that greets through a route, a tool and a command."""
