@@ -1,6 +1,5 @@
 """``datasource.properties``: reading, writing, backing up, and turning it into an engine URL."""
 import os
-import shutil
 from pathlib import Path, PurePosixPath
 
 from sqlalchemy import URL
@@ -13,6 +12,7 @@ SUPPORTED_TYPES = ("sqlite", "postgresql", "mysql")
 EMBEDDED_TYPES = ("sqlite",)
 DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
+RESERVED_NAMES = ("plugins.json",)
 
 
 class DatasourceError(ValueError):
@@ -22,10 +22,12 @@ class DatasourceError(ValueError):
 def read(data_dir):
     """The stored datasource as ``{type, params}``, or None when there is none."""
     path = Path(data_dir) / FILE
-    if not path.exists():
-        return None
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # missing or unusable; ``exists`` tells the two apart
     values = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in content.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "!")) or "=" not in line:
             continue
@@ -43,32 +45,45 @@ def read(data_dir):
     return {"type": kind, "params": params}
 
 
+def exists(data_dir):
+    """Whether a config file is present (readable or not)."""
+    return (Path(data_dir) / FILE).exists()
+
+
 def write(data_dir, datasource):
     """Persist atomically with owner-only permissions (it may hold a password)."""
-    data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# agenthost datasource; written by the setup wizard", f"type={datasource['type']}"]
     for key, value in sorted(datasource["params"].items()):
         if value is not None:
             lines.append(f"params.{key}={_escape(str(value))}")
-    tmp = data_dir / (FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, data_dir / FILE)
+    _write_private(Path(data_dir) / FILE, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def backup(data_dir):
     """Copy the config to its ``.bak`` sibling. Returns True when there was one."""
     src = Path(data_dir) / FILE
-    if not src.exists():
+    try:
+        data = src.read_bytes()
+    except FileNotFoundError:
         return False
-    dst = Path(data_dir) / BACKUP
-    shutil.copy2(src, dst)
-    os.chmod(dst, 0o600)
+    _write_private(Path(data_dir) / BACKUP, data)
     return True
+
+
+def _write_private(path, data):
+    """Write through a temporary file that is 0600 from its first byte, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a left-over temporary file keeps its old mode otherwise
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def clear(data_dir):
@@ -81,8 +96,14 @@ def sqlite_path(data_dir, params):
     """Resolve the SQLite file inside the data directory; refuse anything escaping it."""
     name = (params or {}).get("path") or DEFAULT_SQLITE_FILE
     pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or ".." in pure.parts or not pure.parts or name.startswith("~"):
+    if (pure.is_absolute() or ".." in pure.parts or not pure.parts or name.startswith("~")
+            or (len(name) > 1 and name[1] == ":")):
         raise DatasourceError("path must be a file name relative to the data directory")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise DatasourceError("path must not contain control characters")
+    # The host's own files live here too; a database written over them would destroy both.
+    if len(pure.parts) == 1 and (pure.name.startswith(FILE) or pure.name in RESERVED_NAMES):
+        raise DatasourceError("path names a file the host uses for its own configuration")
     return Path(data_dir) / Path(*pure.parts)
 
 

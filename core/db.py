@@ -7,6 +7,7 @@ from pathlib import Path
 from sqlalchemy import DateTime, create_engine, event, text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
 from . import datasource as ds_file
@@ -61,6 +62,7 @@ class Database:
         self.kind = url.get_backend_name()
         kwargs = {"future": True}
         connect_args = dict(connect_args or {})
+        self.connect_args = connect_args  # kept so the login timeout can be checked
         if self.kind == "sqlite":
             # Greenlets share pooled connections; sqlite's own thread check would refuse that.
             connect_args["check_same_thread"] = False
@@ -79,9 +81,21 @@ class Database:
         return cls(url, connect_args)
 
     def probe(self):
-        """Run the trivial query; raises on any failure."""
-        with self.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        """Run the trivial query within the login timeout; raises on any failure."""
+        engine = self.engine
+        login_timeout = self.connect_args.get("connect_timeout")
+        if self.kind == "mysql" and login_timeout:
+            # pymysql's connect_timeout covers only the TCP connect: the server greeting and
+            # the login are read under read_timeout. The probe gets a connection of its own
+            # whose every step is bounded by the login timeout.
+            engine = create_engine(self.url, poolclass=NullPool, connect_args={
+                **self.connect_args, "read_timeout": login_timeout, "write_timeout": login_timeout})
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        finally:
+            if engine is not self.engine:
+                engine.dispose()
 
     @contextmanager
     def session(self):

@@ -1,6 +1,7 @@
 """The Host: what every hook receives (config, database, events, tickets, tools, plugins)."""
 import logging
 import threading
+from urllib.parse import quote, quote_plus
 
 from . import datasource as ds_file
 from .db import Database
@@ -18,6 +19,10 @@ LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
 
 class ModeError(RuntimeError):
     """The database could not be brought up; the host stays in (or returns to) SETUP mode."""
+
+
+class AlreadyInitialized(ModeError):
+    """initialize raced another initialize that won: the host is in APP mode already."""
 
 
 class Host:
@@ -50,14 +55,27 @@ class Host:
         """Pick the start mode: APP when the stored datasource answers the probe, else SETUP."""
         stored = ds_file.read(self.data_dir)
         if stored is None:
-            log.info("no datasource configured: SETUP mode")
+            if ds_file.exists(self.data_dir):
+                # An unreadable config counts as a failed probe: keep a copy before the
+                # wizard writes over it.
+                self._backup_config("datasource.properties is not usable")
+            else:
+                log.info("no datasource configured: SETUP mode")
             return self.mode
         try:
             self.enter_app_mode(stored)
         except ModeError as exc:
-            ds_file.backup(self.data_dir)
-            log.warning("database probe failed (%s): config backed up, SETUP mode", exc)
+            self._backup_config(f"database probe failed ({exc})")
         return self.mode
+
+    def _backup_config(self, reason):
+        try:
+            ds_file.backup(self.data_dir)
+        except OSError as exc:
+            log.error("%s, and the config could not be backed up (%s): SETUP mode",
+                      reason, exc.strerror)
+            return
+        log.warning("%s: config backed up to %s, SETUP mode", reason, ds_file.BACKUP)
 
     def open_database(self, datasource):
         """Connect and probe; raises ModeError with a message safe to show."""
@@ -66,6 +84,10 @@ class Host:
             db = Database.from_datasource(self.data_dir, datasource, timeout)
         except ValueError as exc:
             raise ModeError(str(exc)) from None
+        except OSError:
+            # The OS message names a host path; the person only needs to know where to look.
+            raise ModeError(
+                "the database file could not be created in the data directory") from None
         try:
             db.probe()
         except Exception as exc:
@@ -73,32 +95,38 @@ class Host:
             raise ModeError(describe_db_error(exc, datasource)) from None
         return db
 
+    def migration_folders(self):
+        """Every enabled plugin's Alembic version folder."""
+        results = self.plugins.call_each("register_models", registry=True, host=self)
+        return [folder for _, folders in results for folder in (folders or [])]
+
     def enter_app_mode(self, datasource, db=None):
         with self._mode_lock:
             if self.mode == APP:
                 return
             db = db or self.open_database(datasource)
             try:
-                folders = [f for _, result in self.plugins.call_each("register_models", registry=True, host=self)
-                           for f in (result or [])]
-                db.migrate(folders)
+                db.migrate(self.migration_folders())
             except Exception as exc:
                 db.dispose()
                 log.exception("migrations failed")
                 raise ModeError("the database schema could not be migrated") from exc
             self.db = db
-            self.mode = APP
+            # Services come up before the mode flips, so no request sees APP mode without them.
             self.plugins.notify("startup", host=self)
+            self.mode = APP
             log.info("APP mode on %s", db.kind)
 
     def initialize(self, datasource):
         """Probe, migrate, switch to APP mode, then persist the datasource (the wizard's initialize)."""
         with self._mode_lock:
             if self.mode == APP:
-                raise ModeError("the service is already initialized")
+                raise AlreadyInitialized("the service is already initialized")
             db = self.open_database(datasource)
             self.enter_app_mode(datasource, db=db)
             try:
+                # A config being replaced (one the probe refused, or an unreadable one) is kept.
+                ds_file.backup(self.data_dir)
                 ds_file.write(self.data_dir, datasource)
             except OSError:
                 self.enter_setup_mode()
@@ -109,13 +137,15 @@ class Host:
         with self._mode_lock:
             if self.mode == SETUP:
                 return
+            # New requests get the SETUP answer at once; the database stays for the shutdown hooks.
+            self.mode = SETUP
             self.events.close_all()
             self.plugins.notify("shutdown", host=self)
             self.services.clear()
-            db, self.db, self.mode = self.db, None, SETUP
+            db, self.db = self.db, None
             if db is not None:
                 db.dispose()
-            log.info("SETUP mode")
+            log.info("database released" if self.stopping else "SETUP mode")
 
     def reset_datasource(self):
         """Back up and clear the stored config, then return to SETUP mode."""
@@ -138,6 +168,8 @@ def describe_db_error(exc, datasource):
     text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     password = (datasource.get("params") or {}).get("password")
     if password:
-        text = text.replace(str(password), "***")
+        password = str(password)
+        for form in {password, quote(password, safe=""), quote_plus(password, safe="")}:
+            text = text.replace(form, "***")
     # Keep driver messages short: enough for a person to fix their settings.
     return text[:300]
