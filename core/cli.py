@@ -70,7 +70,7 @@ def init(data_dir):
     from .host import ModeError
 
     _configure_logging("WARNING")
-    config = Config({"service.data-dir": _data_dir(data_dir)})
+    config = Config({"service.data-dir": _data_dir(data_dir), "service.log-level": "WARN"})
     app = create_app(config, start=False)
     host = app.extensions["agenthost"]
     stored = ds_file.read(config.data_dir)
@@ -175,7 +175,7 @@ def openapi(data_dir):
     from .openapi import build
 
     _configure_logging("ERROR")
-    app = create_app(Config({"service.data-dir": _data_dir(data_dir)}), start=False)
+    app = create_app(Config({"service.data-dir": _data_dir(data_dir), "service.log-level": "WARN"}), start=False)
     click.echo(json.dumps(build(app), indent=2))
 
 

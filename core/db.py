@@ -1,6 +1,7 @@
 """The database: engine per datasource, sessions, the startup probe and Alembic migrations."""
 import datetime as dt
 import logging
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -110,8 +111,13 @@ class Database:
         finally:
             session.close()
 
-    def migrate(self, folders):
-        """Upgrade every migration folder (one Alembic branch each) to its head."""
+    def migrate(self, folders, version_table="alembic_version"):
+        """Upgrade one plugin's migration folders to their head.
+
+        Each plugin keeps its own version table, so a disabled plugin's applied
+        revisions never confuse another plugin's upgrade, and one plugin's broken
+        migration cannot block the others.
+        """
         from alembic.config import Config as AlembicConfig
         from alembic.runtime.environment import EnvironmentContext
         from alembic.script import ScriptDirectory
@@ -128,9 +134,13 @@ class Database:
             env = EnvironmentContext(AlembicConfig(), script, fn=upgrade,
                                      destination_rev="heads")
             with env:
-                env.configure(connection=conn)
+                env.configure(connection=conn, version_table=version_table)
                 with env.begin_transaction():
                     env.run_migrations()
+
+    @staticmethod
+    def version_table(plugin_name):
+        return "alembic_version_" + re.sub(r"[^a-z0-9_]", "_", plugin_name.lower())[:40]
 
     def dispose(self):
         self.engine.dispose()

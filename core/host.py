@@ -96,9 +96,23 @@ class Host:
         return db
 
     def migration_folders(self):
-        """Every enabled plugin's Alembic version folder."""
+        """``[(plugin name, [Alembic version folders])]`` of every enabled plugin."""
         results = self.plugins.call_each("register_models", registry=True, host=self)
-        return [folder for _, folders in results for folder in (folders or [])]
+        return [(name, list(folders)) for name, folders in results if folders]
+
+    def migrate(self, db):
+        """Each plugin's migrations with its own version table.
+
+        A builtin's failure stops APP mode; an extension's failure drops that extension only.
+        """
+        for name, folders in self.migration_folders():
+            try:
+                db.migrate(folders, version_table=db.version_table(name))
+            except Exception as exc:
+                if self.plugins.is_builtin(name):
+                    raise
+                log.exception("migrations of extension %s failed", name)
+                self.plugins.fail(name, exc)
 
     def enter_app_mode(self, datasource, db=None):
         with self._mode_lock:
@@ -106,7 +120,7 @@ class Host:
                 return
             db = db or self.open_database(datasource)
             try:
-                db.migrate(self.migration_folders())
+                self.migrate(db)
             except Exception as exc:
                 db.dispose()
                 log.exception("migrations failed")

@@ -6,8 +6,9 @@ from hookspecs import hookimpl
 
 @hookimpl
 def register_routes(host):
+    from .file_routes import files_bp
     from .routes import bp, packages_bp
-    return [bp, packages_bp]
+    return [bp, packages_bp, files_bp]
 
 
 @hookimpl
@@ -22,6 +23,8 @@ def startup(host):
     host.provide("runtime_plugins", runtime)
     host.provide("workers", runtime.supervisor)
     runtime.load_installed()
+    from .files import register_host_methods
+    register_host_methods(host)
 
 
 @hookimpl
