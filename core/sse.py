@@ -22,6 +22,14 @@ def comment(text):
     return f": {text}\n\n"
 
 
+def _bytes(text):
+    # Encoded once here, so a heartbeat is one shared bytes object for every stream.
+    return text.encode("utf-8")
+
+
+_HEARTBEAT = _bytes(comment("heartbeat"))
+
+
 def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_close=None):
     """Stream a subscription's ``(event, data)`` items as SSE.
 
@@ -34,30 +42,46 @@ def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_cl
     An ``error`` frame ends the stream. Cleanup runs however the stream ends.
     """
 
+    closed = False
+
+    def cleanup():
+        # Idempotent: runs from the generator's finally and again from the response's
+        # close, which also covers a response closed before its first chunk was pulled
+        # (an unstarted generator never reaches its finally).
+        nonlocal closed
+        if closed:
+            return
+        closed = True
+        subscription.close()
+        if on_close is not None:
+            on_close()
+
     def generate():
         try:
             if connected:
-                yield comment("connected")
+                yield _bytes(comment("connected"))
             for event, data in replay:
-                yield frame(event, data)
+                yield _bytes(frame(event, data))
                 if event == "error":
                     return
             while True:
                 try:
                     item = subscription.get(timeout=heartbeat)
                 except Empty:
-                    yield comment("heartbeat")
+                    yield _HEARTBEAT
                     continue
                 if item is CLOSED:
                     return
                 event, data = item
-                yield frame(event, data)
+                yield _bytes(frame(event, data))
                 if event == "error":
                     return
         finally:
-            subscription.close()
-            if on_close is not None:
-                on_close()
+            cleanup()
 
-    return Response(generate(), mimetype="text/event-stream", headers=HEADERS,
-                    direct_passthrough=True)
+    # Not direct_passthrough: Werkzeug then hands the server its own closing iterator, so
+    # the response's close (and with it ``cleanup``) runs even for a body never iterated,
+    # such as the empty body of a HEAD request.
+    response = Response(generate(), mimetype="text/event-stream", headers=HEADERS)
+    response.call_on_close(cleanup)
+    return response

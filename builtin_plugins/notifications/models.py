@@ -7,6 +7,8 @@ from core.db import Model, UTCDateTime, utcnow
 
 class Notification(Model):
     __tablename__ = "notifications"
+    # Ids are never reused (clients deduplicate live events by id); see migration 0002.
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     source: Mapped[str] = mapped_column(String(80), nullable=False)

@@ -35,7 +35,8 @@ def create():
 def list_notifications():
     """Newest-first history."""
     args = query_args(ListQuery())
-    return jsonify(NotificationOut(many=True).dump(center().list(args["limit"], args["unreadOnly"])))
+    notes = center().list(args["limit"], args["unreadOnly"])
+    return jsonify(NotificationOut(many=True).dump(notes))
 
 
 @bp.get("/unread-count")

@@ -1,19 +1,35 @@
 """Notification schemas."""
-from marshmallow import EXCLUDE, Schema, fields, validate
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
 from core.schemas import QueryBoolean, StrictSchema
 
 LEVELS = ("info", "success", "warning", "error")
-SOURCE_RE = r"^(host|agent|plugin:[a-z0-9][a-z0-9._-]{1,63})$"
+# \Z, not $: "$" also matches before a trailing newline, which let "host\n" through.
+SOURCE_RE = r"(?:host|agent|plugin:[a-z0-9][a-z0-9._-]{1,63})\Z"
+
+
+class StoredText(fields.String):
+    """A string every backend can store: no NUL (PostgreSQL refuses it) and no lone
+    surrogates (they cannot be encoded as UTF-8), refused as 400 rather than a 500."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "\x00" in text:
+            raise ValidationError("Must not contain NUL characters.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("Must be valid Unicode text.") from None
+        return text
 
 
 class NotificationIn(StrictSchema):
-    source = fields.String(required=True, validate=validate.Regexp(
+    source = StoredText(required=True, validate=validate.Regexp(
         SOURCE_RE, error="Must be host, agent or plugin:<plugin id>."))
-    level = fields.String(required=True, validate=validate.OneOf(LEVELS))
-    title = fields.String(required=True, validate=validate.Length(1, 200))
-    body = fields.String(load_default=None, allow_none=True, validate=validate.Length(max=4000))
-    link = fields.String(load_default=None, allow_none=True, validate=validate.Length(max=2048))
+    level = StoredText(required=True, validate=validate.OneOf(LEVELS))
+    title = StoredText(required=True, validate=validate.Length(1, 200))
+    body = StoredText(load_default=None, allow_none=True, validate=validate.Length(max=4000))
+    link = StoredText(load_default=None, allow_none=True, validate=validate.Length(max=2048))
 
 
 class NotificationOut(Schema):

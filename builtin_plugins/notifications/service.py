@@ -1,12 +1,21 @@
 """Notification center logic: persist first, then hook, then fan out."""
+import logging
+
 from sqlalchemy import delete, func, select, update
 
 from core.db import isoformat, utcnow
 from core.errors import NotFound
 
 from .models import Notification
+from .schemas import NotificationIn
+
+log = logging.getLogger("agenthost.notifications")
 
 CHANNEL = "notifications"
+
+# The id column is a 32-bit INTEGER on PostgreSQL and MySQL; a larger id in a URL
+# cannot name a row, and handing it to the driver would fail with a 500.
+MAX_ID = 2**31 - 1
 
 
 def view(row):
@@ -17,6 +26,11 @@ def view(row):
     }
 
 
+def _check_id(note_id):
+    if not 1 <= note_id <= MAX_ID:
+        raise NotFound("notification")
+
+
 class NotificationCenter:
     """The notifications service; other areas reach it with ``host.service("notifications")``."""
 
@@ -24,21 +38,42 @@ class NotificationCenter:
         self.host = host
 
     def create(self, source, level, title, body=None, link=None):
-        retained = self.host.config["notifications.retained"]
+        """Persist, prune to the retained count, call ``notification_created``, then broadcast.
+
+        Input is validated here too, so producers other than the HTTP route (the plugin
+        bridge, the agent) cannot store what the API would refuse; a bad value raises
+        ``marshmallow.ValidationError``.
+        """
+        fields = NotificationIn().load(
+            {"source": source, "level": level, "title": title, "body": body, "link": link})
         with self.host.db.session() as s:
-            row = Notification(source=source, level=level, title=title, body=body, link=link,
-                               read=False, created_at=utcnow())
+            row = Notification(**fields, read=False, created_at=utcnow())
             s.add(row)
             s.flush()
-            # Keep the newest `retained` rows per install; the oldest go.
-            threshold = s.execute(select(Notification.id).order_by(Notification.id.desc())
-                                  .offset(retained - 1).limit(1)).scalar()
-            if threshold is not None:
-                s.execute(delete(Notification).where(Notification.id < threshold))
             note = view(row)
+        self._prune()
         self.host.plugins.notify("notification_created", host=self.host, notification=note)
         self.host.events.publish(CHANNEL, "notification", note)
         return note
+
+    def _prune(self):
+        """Keep the newest ``notifications.retained`` rows; the oldest go.
+
+        This runs in its own transaction after the insert committed: a prune inside the
+        insert's transaction cannot see rows that concurrent writers commit meanwhile,
+        so racing creates could leave more rows than retained. Run afterwards, the prune
+        of the last commit sees every row. A failed prune is only logged: the row is
+        committed, and the next create prunes again.
+        """
+        retained = self.host.config["notifications.retained"]
+        try:
+            with self.host.db.session() as s:
+                threshold = s.execute(select(Notification.id).order_by(Notification.id.desc())
+                                      .offset(retained - 1).limit(1)).scalar()
+                if threshold is not None:
+                    s.execute(delete(Notification).where(Notification.id < threshold))
+        except Exception:
+            log.warning("pruning old notifications failed; the next create retries", exc_info=True)
 
     def list(self, limit=50, unread_only=False):
         query = select(Notification).order_by(Notification.id.desc()).limit(limit)
@@ -53,13 +88,16 @@ class NotificationCenter:
                              .where(Notification.read.is_(False))).scalar_one()
 
     def mark_read(self, note_id):
+        """Acknowledge one. Idempotent: the first read time stays, even under racing reads."""
+        _check_id(note_id)
         with self.host.db.session() as s:
+            # One conditional UPDATE, so two racing reads cannot both stamp readAt.
+            s.execute(update(Notification)
+                      .where(Notification.id == note_id, Notification.read.is_(False))
+                      .values(read=True, read_at=utcnow()))
             row = s.get(Notification, note_id)
             if row is None:
                 raise NotFound("notification")
-            if not row.read:  # idempotent: the first read time stays
-                row.read = True
-                row.read_at = utcnow()
             return view(row)
 
     def read_all(self):
@@ -69,9 +107,10 @@ class NotificationCenter:
             return {"ok": True, "updated": result.rowcount}
 
     def delete(self, note_id):
+        """Remove one. Of two racing deletes of one id, one succeeds and the other is a 404."""
+        _check_id(note_id)
         with self.host.db.session() as s:
-            row = s.get(Notification, note_id)
-            if row is None:
+            result = s.execute(delete(Notification).where(Notification.id == note_id))
+            if result.rowcount == 0:
                 raise NotFound("notification")
-            s.delete(row)
         return {"ok": True, "id": note_id}
