@@ -33,6 +33,21 @@ class Subscription:
             log.warning("dropping slow subscriber on %s", self.channel)
             self.close(notify=True)
 
+    def end(self):
+        """Finish after what is already queued: the stream sends it, then ends."""
+        if self.closed:
+            return
+        self.closed = True
+        self.bus._remove(self)
+        try:
+            self.queue.put_nowait(CLOSED)
+        except Full:  # a full queue's reader is too slow anyway: make room for the end marker
+            try:
+                self.queue.get_nowait()
+            except Empty:
+                pass
+            self.queue.put_nowait(CLOSED)
+
     def close(self, notify=False):
         if self.closed:
             return
@@ -62,11 +77,22 @@ class EventBus:
         return sub
 
     def publish(self, channel, event, data):
+        return self.publish_item(channel, (event, data))
+
+    def publish_item(self, channel, item):
+        """Publish a prepared item, e.g. ``(event, data, sequence)`` for streams that replay history."""
         with self._lock:
             subs = list(self._channels.get(channel, ()))
         for sub in subs:
-            sub.put((event, data))
+            sub.put(item)
         return len(subs)
+
+    def close_channel(self, channel):
+        """End every stream subscribed to ``channel`` once it has sent what was published."""
+        with self._lock:
+            subs = list(self._channels.get(channel, ()))
+        for sub in subs:
+            sub.end()
 
     def subscriber_count(self, channel=None):
         with self._lock:

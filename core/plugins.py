@@ -27,6 +27,7 @@ BUILTIN_PLUGINS = (
     "notifications",
     "tools",
     "runtime_plugins",
+    "agent",
 )
 
 # Disabling these would leave no way back into a working host.
@@ -36,7 +37,7 @@ REQUIRED_PLUGINS = ("setup",)
 REVERSED_HOOKS = frozenset({"shutdown"})
 
 # A plugin name becomes a URL segment (/api/ext/<name>/) and part of blueprint names.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 
 @dataclass

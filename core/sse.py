@@ -30,8 +30,9 @@ def _bytes(text):
 _HEARTBEAT = _bytes(comment("heartbeat"))
 
 
-def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_close=None):
-    """Stream a subscription's ``(event, data)`` items as SSE.
+def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_close=None,
+                    terminal=("error",), end_after_replay=False):
+    """Stream a subscription's ``(event, data)`` or ``(event, data, key)`` items as SSE.
 
     ``connected`` sends the ``: connected`` comment first. The interface requires it
     on chat and agent streams; every stream sends it, because gevent's server only
@@ -39,7 +40,11 @@ def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_cl
     wait a heartbeat interval to learn that its stream is open.
     ``replay`` items are sent before live ones. A ``: heartbeat`` comment goes out
     after ``heartbeat`` idle seconds, which is also how a vanished client is noticed.
-    An ``error`` frame ends the stream. Cleanup runs however the stream ends.
+    An ``error`` frame (or another ``terminal`` event) ends the stream, and so does
+    ``end_after_replay`` once the replay is sent. Items may carry an ordering key
+    (a sequence number): a live item whose key is not above the last replayed one
+    was already sent and is skipped, so a stream can subscribe first, then load
+    history, and lose or repeat nothing. Cleanup runs however the stream ends.
     """
 
     closed = False
@@ -60,10 +65,15 @@ def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_cl
         try:
             if connected:
                 yield _bytes(comment("connected"))
-            for event, data in replay:
+            last_key = None
+            for item in replay:
+                event, data = item[0], item[1]
+                last_key = item[2] if len(item) > 2 else last_key
                 yield _bytes(frame(event, data))
-                if event == "error":
+                if event in terminal:
                     return
+            if end_after_replay:
+                return
             while True:
                 try:
                     item = subscription.get(timeout=heartbeat)
@@ -72,9 +82,11 @@ def stream_response(subscription, *, heartbeat, connected=True, replay=(), on_cl
                     continue
                 if item is CLOSED:
                     return
-                event, data = item
+                event, data = item[0], item[1]
+                if last_key is not None and len(item) > 2 and item[2] <= last_key:
+                    continue
                 yield _bytes(frame(event, data))
-                if event == "error":
+                if event in terminal:
                     return
         finally:
             cleanup()

@@ -29,6 +29,12 @@ CRASHED, OUT_OF_MEMORY, FRAMING, HANDSHAKE, TIMEOUT, RUNTIME_MISSING, SPAWN_FAIL
 METHOD_NOT_FOUND, INVALID_PARAMS, PERMISSION_DENIED = -32601, -32602, -32001
 
 MCP_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning", "ERROR": "error"}
+# Worker log levels (MCP's syslog names, Python's, Java's) folded into the settings vocabulary.
+LOG_LEVELS = {"TRACE": "TRACE", "FINEST": "TRACE", "FINER": "TRACE", "DEBUG": "DEBUG", "FINE": "DEBUG",
+              "INFO": "INFO", "NOTICE": "INFO", "CONFIG": "INFO", "WARN": "WARN", "WARNING": "WARN",
+              "ERROR": "ERROR", "SEVERE": "ERROR", "CRITICAL": "ERROR", "FATAL": "ERROR",
+              "ALERT": "ERROR", "EMERGENCY": "ERROR"}
+MAX_LOG_MESSAGE = 16 * 1024
 
 
 class WorkerFault(Exception):
@@ -52,6 +58,10 @@ class CallCancelled(Exception):
     """The call was cancelled by the client."""
 
 
+class CallIdInUse(ValueError):
+    """A call with the same correlation id is still in flight on this worker."""
+
+
 @dataclass
 class RuntimeSpec:
     """What the supervisor needs to run one plugin."""
@@ -69,7 +79,7 @@ class RuntimeSpec:
 
 def command_for(spec):
     """The argv that starts the worker, or raise WorkerFault(runtime-missing)."""
-    main = os.path.join(spec.install_dir, spec.main) if spec.main else None
+    main = os.path.abspath(os.path.join(spec.install_dir, spec.main)) if spec.main else None
     if spec.runtime == "python":
         return [sys.executable, main]
     if spec.runtime == "node":
@@ -120,16 +130,17 @@ class LogRing:
         self.channel = f"plugin-logs:{plugin_id}"
 
     def add(self, level, message, logger=None, thread=None, timestamp=None):
+        # Workers send whatever they like: every field becomes a bounded string (or null).
         event = {
-            "timestamp": timestamp or isoformat(utcnow()),
-            "level": str(level or "INFO").upper(),
-            "logger": logger,
-            "thread": thread,
-            "message": message,
+            "timestamp": _text(timestamp, 64) or isoformat(utcnow()),
+            "level": LOG_LEVELS.get(str(level or "INFO").upper(), "INFO"),
+            "logger": _text(logger, 200),
+            "thread": _text(thread, 200),
+            "message": _text(message, MAX_LOG_MESSAGE) or "",
             "sequence": next(self._seq),
         }
         self.events.append(event)
-        self.bus.publish(self.channel, "log", event)
+        self.bus.publish_item(self.channel, ("log", event, event["sequence"]))
         return event
 
     def add_stderr_line(self, line):
@@ -143,7 +154,7 @@ class LogRing:
             except ValueError:
                 obj = None
             if isinstance(obj, dict) and "message" in obj:
-                return self.add(obj.get("level", "INFO"), str(obj["message"]), obj.get("logger"),
+                return self.add(obj.get("level", "INFO"), obj["message"], obj.get("logger"),
                                 obj.get("thread"), obj.get("timestamp"))
         return self.add("INFO", text)
 
@@ -152,6 +163,13 @@ class LogRing:
         if after is not None:
             items = [e for e in items if e["sequence"] > after]
         return items[-limit:] if limit else items
+
+
+def _text(value, limit):
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:limit]
 
 
 class Worker:
@@ -177,6 +195,7 @@ class Worker:
         self._greenlets = []
         self._stderr_tail = collections.deque(maxlen=20)
         self.started_at = None
+        self.handshaking = False
 
     @property
     def pid(self):
@@ -197,6 +216,7 @@ class Worker:
         self.started_at = time.time()
         self._greenlets = [gevent.spawn(self._read_stdout), gevent.spawn(self._read_stderr),
                            gevent.spawn(self._wait_exit)]
+        self.handshaking = True
         try:
             result = self.request("initialize", {
                 "protocolVersion": PROTOCOL_VERSION,
@@ -213,13 +233,16 @@ class Worker:
                 exc = WorkerFault(HANDSHAKE, f"the worker exited during initialize ({exc.message})")
                 self._fail(exc)
             raise exc from None
-        version = (result or {}).get("protocolVersion")
+        finally:
+            self.handshaking = False
+        version = (result or {}).get("protocolVersion") if isinstance(result, dict) else None
         if version != PROTOCOL_VERSION:
             self._fail(WorkerFault(HANDSHAKE, f"protocol version mismatch: host speaks {PROTOCOL_VERSION}, "
                                               f"worker answered {version!r}"))
             raise self.fault
         self.server_info = result.get("serverInfo")
-        self.capabilities = result.get("capabilities") or {}
+        capabilities = result.get("capabilities")
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         self.send_notification("notifications/initialized", {})
 
     # -- sending -------------------------------------------------------------------------
@@ -243,9 +266,14 @@ class Worker:
 
     def request(self, method, params=None, *, timeout=30, call_id=None, fault_on_timeout=TIMEOUT):
         """Send a request and wait for its answer (other greenlets' calls pipeline meanwhile)."""
-        req_id = call_id if call_id is not None else next(self._ids)
-        if req_id in self.pending:
-            raise ValueError(f"call id {req_id!r} is already in flight")
+        if call_id is None:
+            req_id = next(self._ids)
+            while req_id in self.pending:  # a client's numeric callId may hold the next number
+                req_id = next(self._ids)
+        else:
+            req_id = call_id
+            if req_id in self.pending:
+                raise CallIdInUse(f"call id {req_id!r} is already in flight")
         waiter = AsyncResult()
         self.pending[req_id] = waiter
         try:
@@ -356,7 +384,9 @@ class Worker:
         gevent.joinall(self._greenlets[:2], timeout=1)
         if self.fault is None and not self.stopping:
             tail = "".join(self._stderr_tail)
-            if code in (-9, 137) or "MemoryError" in tail or "out of memory" in tail.lower():
+            if self.handshaking:
+                fault = WorkerFault(HANDSHAKE, f"the worker exited during initialize (exit {code})")
+            elif code in (-9, 137) or "MemoryError" in tail or "out of memory" in tail.lower():
                 fault = WorkerFault(OUT_OF_MEMORY, f"the worker ran out of memory (exit {code})")
             else:
                 fault = WorkerFault(CRASHED, f"the worker exited unexpectedly (exit {code})")

@@ -93,3 +93,12 @@ def settings_changed(host, settings, changed):
     fields whose values changed. One implementation that raises is logged;
     the others still run and the update stands.
     """
+
+
+@hookspec
+def run_finished(host, run):
+    """Called once when an agent run reaches a terminal state (complete, failed or cancelled).
+
+    ``run`` is ``{runId, status, error}``; the run's history is already committed.
+    Returns nothing.
+    """

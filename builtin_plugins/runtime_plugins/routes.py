@@ -1,8 +1,9 @@
 """Runtime plugin endpoints: runtime, packages, deprecated market aliases, and UI assets."""
 import mimetypes
+import re
 from pathlib import Path
 
-from flask import Blueprint, jsonify, request, send_file
+from flask import Blueprint, after_this_request, jsonify, redirect, request, send_file
 from werkzeug.utils import safe_join
 
 from core.auth import no_auth
@@ -80,23 +81,30 @@ def logs(plugin_id):
     return jsonify(LogEvent(many=True).dump(runtime().logs(plugin_id, args["limit"])))
 
 
+class _NewerThan:
+    """A log subscription that skips the live events the replay already sent."""
+
+    def __init__(self, subscription, last):
+        self.subscription, self.last = subscription, last
+
+    def get(self, timeout=None):
+        while True:
+            item = self.subscription.get(timeout=timeout)
+            if not isinstance(item, tuple) or item[1]["sequence"] > self.last:
+                return item
+
+    def close(self, notify=False):
+        self.subscription.close(notify)
+
+
 @bp.get(f"/api/plugin-runtime/{ID}/logs/stream")
+@doc(responses={404: "No such plugin"})
 def logs_stream(plugin_id):
-    """SSE: replays recent worker log events as `log` frames, then streams new ones."""
+    """SSE: `: connected`, then recent worker log events replayed as `log` frames, then new ones live."""
     host = current_host()
     ring = runtime().log_ring(plugin_id)
     subscription = host.events.subscribe(ring.channel)  # subscribe first so nothing falls between
-    replay = [("log", e) for e in ring.recent()]
-    last = replay[-1][1]["sequence"] if replay else 0
-    original_get = subscription.get
-
-    def fresh(timeout=None):  # skip live events already sent in the replay
-        while True:
-            item = original_get(timeout=timeout)
-            if not isinstance(item, tuple) or item[1]["sequence"] > last:
-                return item
-
-    subscription.get = fresh
+    replay = [("log", e, e["sequence"]) for e in ring.recent()]
     return stream_response(subscription, heartbeat=host.config["notifications.heartbeat-seconds"],
                            replay=replay)
 
@@ -123,14 +131,20 @@ def ui_asset(plugin_id, asset=None):
     folder = service.ui_folder(plugin_id)
     if folder is None:
         raise ApiError(404, "not_found", "No such plugin UI.")
-    install = service.install_dir(plugin_id).resolve()
     if asset is None:
-        asset = service.manifest(plugin_id)["ui"]["entry"]
+        # A redirect, not the entry itself: relative links in the page resolve against its own folder.
+        entry = service.manifest(plugin_id)["ui"]["entry"]
+        return redirect(f"/plugin-runtime/{plugin_id}/{entry}", code=302)
+    install = service.install_dir(plugin_id).resolve()
     target = safe_join(str(install), asset)
     if target is None:
         raise ApiError(404, "not_found", "No such asset.")
-    path = Path(target).resolve()
-    if not path.is_relative_to(folder.resolve()) or not path.is_file():
+    try:
+        path = Path(target).resolve()
+        found = path.is_relative_to(folder.resolve()) and path.is_file()
+    except (ValueError, OSError):  # a NUL byte, a name too long for the file system
+        found = False
+    if not found:
         raise ApiError(404, "not_found", "No such asset.")
     mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     resp = send_file(path, mimetype=mimetype, max_age=0, conditional=True)
@@ -155,7 +169,12 @@ def _upload():
     sidecar = request.files.get("sha256")
     sha256 = form["sha256"]
     if sidecar is not None:
-        sha256 = sidecar.read(200).decode("ascii", "replace").split()[0] if sidecar else None
+        # A checksum file as `sha256sum` writes it: the hex digest, then optionally the file name.
+        words = sidecar.read(4096).decode("ascii", "replace").split()
+        if not words or not re.fullmatch(r"[0-9a-fA-F]{64}", words[0]):
+            raise ApiError(400, "validation_failed", "The sha256 part is not a SHA-256 checksum.",
+                           errors={"sha256": ["Not a SHA-256 hex digest."]})
+        sha256 = words[0]
     return upload.read(pkg.MAX_PACKAGE_BYTES + 1), sha256, form["confirmPermissions"]
 
 
@@ -222,11 +241,13 @@ def uninstall(plugin_id):
 # -- deprecated plugin-market aliases ----------------------------------------------------
 
 def _deprecated(view, *args, **kwargs):
-    result = view(*args, **kwargs)
-    resp = current_host().app.make_response(result)
-    resp.headers["Deprecation"] = "true"
-    resp.headers["Link"] = '</api/plugin-packages>; rel="successor-version"'
-    return resp
+    @after_this_request
+    def mark(resp):  # error answers of the forwarded view carry the header too
+        resp.headers["Deprecation"] = "true"
+        resp.headers["Link"] = '</api/plugin-packages>; rel="successor-version"'
+        return resp
+
+    return view(*args, **kwargs)
 
 
 @packages_bp.post("/api/plugin-market/upload")

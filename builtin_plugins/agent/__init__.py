@@ -1,0 +1,1 @@
+"""The plan-and-execute agent: runs, gates, the engine, persisted history and the agent stream."""

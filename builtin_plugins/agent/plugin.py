@@ -1,0 +1,30 @@
+"""Agent wiring."""
+from pathlib import Path
+
+from hookspecs import hookimpl
+
+
+@hookimpl
+def register_routes(host):
+    from .routes import bp
+    return [bp]
+
+
+@hookimpl
+def register_models(host):
+    return [Path(__file__).with_name("migrations")]
+
+
+@hookimpl
+def startup(host):
+    from .service import AgentService
+    agent = AgentService(host)
+    agent.recover()
+    host.provide("agent", agent)
+
+
+@hookimpl
+def shutdown(host):
+    agent = host.service("agent")
+    if agent is not None:
+        agent.shutdown()
