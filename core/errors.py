@@ -63,7 +63,8 @@ def problem(status, code=None, detail=None, *, title=None, headers=None, **extra
         "code": code,
     }
     body.update(extra)
-    resp = Response(json.dumps(body), status=status, mimetype="application/problem+json")
+    # default=str: an odd extension value must not turn a problem into an HTML 500.
+    resp = Response(json.dumps(body, default=str), status=status, mimetype="application/problem+json")
     for name, value in (headers or {}).items():
         resp.headers[name] = value
     return resp
@@ -89,13 +90,18 @@ def install_error_handlers(app):
 
     @app.errorhandler(HTTPException)
     def _http(exc):
-        headers = {}
+        if exc.response is not None:
+            return exc.response  # abort(response): the view chose its own answer
+        # Keep meaningful headers (Allow, Retry-After, WWW-Authenticate); the body is ours.
+        headers = {name: value for name, value in exc.get_headers()
+                   if name.lower() not in ("content-type", "content-length")}
         if exc.code == 405 and getattr(exc, "valid_methods", None):
             headers["Allow"] = ", ".join(sorted(exc.valid_methods))
         detail = {
             404: "No such resource.",
             405: "This method is not allowed on this resource.",
             413: "The request body is too large.",
+            500: "The service hit an unexpected error.",
         }.get(exc.code, exc.description)
         return problem(exc.code or 500, None, detail, headers=headers)
 

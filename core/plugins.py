@@ -28,6 +28,7 @@ BUILTIN_PLUGINS = (
     "tools",
     "runtime_plugins",
     "agent",
+    "workflows",
 )
 
 # Disabling these would leave no way back into a working host.

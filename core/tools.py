@@ -7,7 +7,7 @@ from typing import Any, Callable
 import jsonschema
 
 # Names must also be valid function names for the AI chat's model APIs.
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class ToolError(Exception):
@@ -36,11 +36,28 @@ class Tool:
     source: str = "builtin"
 
     def __post_init__(self):
-        if not NAME_RE.match(self.name or ""):
+        if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
             raise ValueError(f"invalid tool name {self.name!r}: use 1-64 of A-Z a-z 0-9 _ -")
-        if self.parameters.get("type", "object") != "object":
-            raise ValueError(f"tool {self.name}: parameters must be a JSON Schema object")
-        jsonschema.validators.validator_for(self.parameters).check_schema(self.parameters)
+        if not isinstance(self.description, str):
+            raise ValueError(f"tool {self.name}: description must be a string")
+        if not callable(self.handler):
+            raise ValueError(f"tool {self.name}: handler must be callable")
+        if not isinstance(self.parameters, dict):
+            raise ValueError(f"tool {self.name}: parameters must be a JSON Schema object (a dict)")
+        kind = self.parameters.get("type")
+        if kind is None:
+            # Arguments are always an object; saying so keeps model APIs and validation in step.
+            self.parameters = {"type": "object", **self.parameters}
+        elif kind != "object":
+            raise ValueError(f"tool {self.name}: parameters must be a JSON Schema of type object, "
+                             f"not {kind!r}")
+        cls = jsonschema.validators.validator_for(self.parameters)
+        try:
+            cls.check_schema(self.parameters)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"tool {self.name}: parameters is not a valid JSON Schema: "
+                             f"{exc.message}") from None
+        self._validator = cls(self.parameters)
 
     def describe(self):
         return {
@@ -48,13 +65,14 @@ class Tool:
             "description": self.description,
             "parameters": self.parameters,
             "source": self.source,
-            "retrySafe": self.retry_safe,
+            "retrySafe": bool(self.retry_safe),
         }
 
     def validate(self, arguments):
         """Raise ToolError when the arguments fail the tool's schema."""
-        validator = jsonschema.validators.validator_for(self.parameters)(self.parameters)
-        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if self._validator.schema is not self.parameters:  # parameters were replaced after creation
+            self._validator = jsonschema.validators.validator_for(self.parameters)(self.parameters)
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.path])
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.path) or "arguments"

@@ -102,3 +102,13 @@ def run_finished(host, run):
     ``run`` is ``{runId, status, error}``; the run's history is already committed.
     Returns nothing.
     """
+
+
+@hookspec
+def workflow_deleting(host, workflow_id, session):
+    """Called while a workflow is deleted, inside the deleting database transaction.
+
+    Cancel whatever of yours depends on the workflow using ``session`` (so it
+    commits or rolls back with the delete) and return counts
+    ``{"schedules": n, "webhookTriggers": m}`` of what you cancelled.
+    """

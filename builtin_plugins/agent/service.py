@@ -16,6 +16,17 @@ class AgentService:
         self.store = RunStore(host)
         self.engine = Engine(host, self.store)
 
+    @staticmethod
+    def parse_config(raw):
+        """Validate an agent ``config`` object (for other areas' endpoints that take one)."""
+        from marshmallow import ValidationError
+
+        from .schemas import AgentConfig
+        try:
+            return AgentConfig().load(raw or {})
+        except ValidationError as exc:
+            raise ValidationError({"config": exc.messages}) from None
+
     def recover(self):
         return self.store.mark_interrupted()
 
@@ -75,6 +86,27 @@ class AgentService:
     def stream_items(self, run_id):
         """Persisted stream events of a run, in order, as ``(event, data, seq)``."""
         return [(e["type"], e["data"], e["seq"]) for e in self.store.events(run_id, streamed_only=True)]
+
+    def wait(self, run_id, timeout=600, cancelled=None):
+        """Wait for a run to end (a child run of a workflow tool); its result, or ToolError."""
+        import gevent
+
+        from core.tools import ToolError
+
+        active = self.engine.active.get(run_id)
+        if active is not None and active.greenlet is not None:
+            watch = [active.greenlet] + ([cancelled] if cancelled is not None else [])
+            gevent.wait(watch, count=1, timeout=timeout)
+            if not active.greenlet.ready():
+                self.engine.cancel(run_id)
+                active.greenlet.join(timeout=30)
+                if cancelled is not None and cancelled.is_set():
+                    raise ToolError("cancelled")
+                raise ToolError(f"workflow run {run_id} timed out")
+        run = self.store.load(run_id)
+        if run.status == "complete":
+            return json.loads(run.result) if run.result else None
+        raise ToolError(f"workflow run {run_id} {run.status}: {run.error or ''}".strip())
 
     def shutdown(self):
         self.engine.stop_all()

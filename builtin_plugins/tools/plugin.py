@@ -6,3 +6,9 @@ from hookspecs import hookimpl
 def register_routes(host):
     from .routes import bp
     return [bp]
+
+
+@hookimpl
+def register_tools(host):
+    from .builtin import builtin_tools
+    return builtin_tools()

@@ -1,0 +1,1 @@
+"""Workflows: reusable plan definitions with drafts, immutable published revisions, and manual runs."""

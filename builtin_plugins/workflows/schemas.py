@@ -1,0 +1,80 @@
+"""Workflow schemas."""
+from marshmallow import Schema, fields, validate
+
+from core.schemas import StrictBoolean, StrictSchema
+
+
+class WorkflowIn(StrictSchema):
+    name = fields.String(required=True, validate=validate.Length(1, 200))
+    description = fields.String(load_default="", validate=validate.Length(max=4000))
+    inputSchema = fields.Dict(required=True)
+    plan = fields.Dict(required=True)
+    layout = fields.Dict(load_default=None, allow_none=True)
+    graph = fields.Dict(load_default=None, allow_none=True)
+
+
+class WorkflowPut(WorkflowIn):
+    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
+                                      validate=validate.Range(min=1))
+
+
+class PublishIn(StrictSchema):
+    published = StrictBoolean(required=True)
+    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
+                                      validate=validate.Range(min=1))
+
+
+class RestoreIn(StrictSchema):
+    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
+                                      validate=validate.Range(min=1))
+
+
+class RunIn(StrictSchema):
+    inputs = fields.Dict(load_default=dict)
+    config = fields.Dict(load_default=dict)
+
+
+class WorkflowOut(Schema):
+    id = fields.String()
+    name = fields.String()
+    description = fields.String()
+    inputSchema = fields.Dict()
+    plan = fields.Dict()
+    layout = fields.Dict(allow_none=True)
+    graph = fields.Dict(allow_none=True)
+    revision = fields.Integer()
+    published = fields.Boolean()
+    activeRevision = fields.Integer(allow_none=True)
+    toolName = fields.String(allow_none=True)
+    createdAt = fields.String()
+    updatedAt = fields.String()
+
+
+class RevisionSummary(Schema):
+    revision = fields.Integer()
+    name = fields.String()
+    publishedAt = fields.String()
+    active = fields.Boolean()
+
+
+class RevisionOut(Schema):
+    workflowId = fields.String()
+    revision = fields.Integer()
+    name = fields.String()
+    description = fields.String()
+    inputSchema = fields.Dict()
+    plan = fields.Dict()
+    layout = fields.Dict(allow_none=True)
+    graph = fields.Dict(allow_none=True)
+    publishedAt = fields.String()
+    active = fields.Boolean()
+
+
+class Deleted(Schema):
+    ok = fields.Boolean()
+    cancelledSchedules = fields.Integer()
+    cancelledWebhookTriggers = fields.Integer()
+
+
+class RunOut(Schema):
+    runId = fields.String()
