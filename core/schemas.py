@@ -30,3 +30,18 @@ class QueryBoolean(fields.Boolean):
 
     truthy = {"true", "1"}
     falsy = {"false", "0"}
+
+
+class StoredText(fields.String):
+    """A string every backend can store: no NUL (PostgreSQL refuses it) and no lone
+    surrogates (they cannot be encoded as UTF-8), refused as 400 rather than a 500."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "\x00" in text:
+            raise ValidationError("Must not contain NUL characters.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("Must be valid Unicode text.") from None
+        return text

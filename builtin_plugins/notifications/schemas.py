@@ -1,26 +1,11 @@
 """Notification schemas."""
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
-from core.schemas import QueryBoolean, StrictSchema
+from core.schemas import StoredText, QueryBoolean, StrictSchema
 
 LEVELS = ("info", "success", "warning", "error")
 # \Z, not $: "$" also matches before a trailing newline, which let "host\n" through.
 SOURCE_RE = r"(?:host|agent|plugin:[a-z0-9][a-z0-9._-]{1,63})\Z"
-
-
-class StoredText(fields.String):
-    """A string every backend can store: no NUL (PostgreSQL refuses it) and no lone
-    surrogates (they cannot be encoded as UTF-8), refused as 400 rather than a 500."""
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        text = super()._deserialize(value, attr, data, **kwargs)
-        if "\x00" in text:
-            raise ValidationError("Must not contain NUL characters.")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValidationError("Must be valid Unicode text.") from None
-        return text
 
 
 class NotificationIn(StrictSchema):
