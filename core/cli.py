@@ -218,12 +218,25 @@ def build_cli(plugin_set=None, argv=None):
                 "plugin %s failed in register_commands", name)
             plugin_set.fail(name, exc)
             continue
-        taken = sorted(c for c in own.commands if c in owners)
+        # A plugin may extend a core group (``core plugins pack``) with a group of the same name.
+        merges = {c: cmd for c, cmd in own.commands.items()
+                  if isinstance(cmd, click.Group) and isinstance(group.commands.get(c), click.Group)
+                  and owners.get(c) == "core"}
+        clashes = sorted(f"{c} {sub}" for c, cmd in merges.items() for sub in cmd.commands
+                         if sub in group.commands[c].commands)
+        taken = sorted(c for c in own.commands if c in owners and c not in merges) + clashes
         if taken:
             plugin_set.fail(name, "command name already taken: " + ", ".join(
                 f"{c} (by {owners[c]})" for c in taken))
             continue
         for command_name, command in own.commands.items():
+            if command_name in merges:
+                merged = click.Group(name=command_name, help=group.commands[command_name].help,
+                                     commands=dict(group.commands[command_name].commands))
+                for sub_name, sub in command.commands.items():
+                    merged.add_command(sub, sub_name)
+                group.add_command(merged, command_name)
+                continue
             group.add_command(command, command_name)
             owners[command_name] = name
     return group

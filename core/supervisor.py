@@ -7,9 +7,10 @@ import time
 
 import gevent
 from gevent.lock import RLock
+from marshmallow import ValidationError
 
 from .tools import Tool, ToolError
-from .workers import (CRASHED, MCP_LEVELS, METHOD_NOT_FOUND, PERMISSION_DENIED, CallCancelled,
+from .workers import (INVALID_PARAMS, MCP_LEVELS, METHOD_NOT_FOUND, PERMISSION_DENIED, CallCancelled, CallIdInUse,
                       LogRing, Worker, WorkerCallError, WorkerFault, command_for, worker_env)
 
 log = logging.getLogger("agenthost.supervisor")
@@ -34,7 +35,7 @@ def tool_name(plugin_id, name):
 
 
 class ManagedPlugin:
-    def __init__(self, spec, events, ring_size):
+    def __init__(self, spec, logs):
         self.spec = spec
         self.state = STOPPED
         self.worker = None
@@ -43,7 +44,7 @@ class ManagedPlugin:
         self.crashes = collections.deque()
         self.backoff_until = 0.0
         self.backoff_seconds = 0.0
-        self.logs = LogRing(spec.id, events, ring_size)
+        self.logs = logs
         self.lock = RLock()
         self.tools = []  # catalog names
         self.calls = {}  # callId -> worker
@@ -65,7 +66,11 @@ class WorkerSupervisor:
         self.crash_window = crash_window
         self.ring_size = ring_size
         self.plugins = {}
-        self.log_level = "INFO"
+        # Log rings outlive a plugin's membership (disable, enable, update), so the sequence
+        # keeps rising for open log streams and a disabled plugin's last words stay readable.
+        self.rings = {}
+        self.log_level = None  # None: follow the host's own log level
+        self.closed = False  # set at host shutdown: no worker spawns after it
 
     # -- membership ----------------------------------------------------------------------
 
@@ -73,7 +78,7 @@ class WorkerSupervisor:
         """Track an enabled plugin (no process yet). ``tools`` is a cached tools/list result."""
         managed = self.plugins.get(spec.id)
         if managed is None:
-            managed = self.plugins[spec.id] = ManagedPlugin(spec, self.host.events, self.ring_size)
+            managed = self.plugins[spec.id] = ManagedPlugin(spec, self.ring(spec.id))
         else:
             managed.spec = spec
         if tools:
@@ -92,10 +97,24 @@ class WorkerSupervisor:
     def get(self, plugin_id):
         return self.plugins.get(plugin_id)
 
+    def ring(self, plugin_id):
+        """The plugin's log ring, created on first use."""
+        ring = self.rings.get(plugin_id)
+        if ring is None:
+            ring = self.rings[plugin_id] = LogRing(plugin_id, self.host.events, self.ring_size)
+        return ring
+
+    def forget(self, plugin_id):
+        """Remove a plugin and its logs (uninstall)."""
+        self.remove(plugin_id)
+        self.rings.pop(plugin_id, None)
+
     # -- calls ---------------------------------------------------------------------------
 
     def ensure(self, plugin_id):
         """The running worker of a plugin, spawning it (once) when needed."""
+        if self.closed:
+            raise PluginUnavailable("plugin_runtime_stopped", "the host is shutting down")
         managed = self.plugins.get(plugin_id)
         if managed is None:
             raise PluginUnavailable("plugin_not_enabled", "the plugin is not installed or not enabled")
@@ -111,7 +130,13 @@ class WorkerSupervisor:
                     raise PluginUnavailable("plugin_backing_off", "the worker is restarting after a crash",
                                             retry_after=int(wait) + 1)
                 gevent.sleep(wait)
-            return self._spawn(managed)
+            worker = self._spawn(managed)
+            if self.closed or self.plugins.get(plugin_id) is not managed:
+                # Disabled, uninstalled or shut down while this spawn slept or started:
+                # nobody would ever stop this worker, so stop it now.
+                self._stop_worker(managed)
+                raise PluginUnavailable("plugin_not_enabled", "the plugin was disabled while its worker started")
+            return worker
 
     def _spawn(self, managed):
         spec = managed.spec
@@ -126,7 +151,7 @@ class WorkerSupervisor:
             worker = Worker(spec, argv, env=env, on_request=self._host_request, on_log=managed.logs,
                             on_exit=lambda w, fault: self._exited(managed, w),
                             on_fault=lambda w, fault: self._record_fault(managed, w, fault),
-                            log_level=self.log_level)
+                            log_level=self.current_log_level())
             managed.worker = worker
             worker.start(self.handshake_timeout)
         except WorkerFault as fault:
@@ -137,7 +162,8 @@ class WorkerSupervisor:
         if worker.capabilities.get("tools") is not None:
             try:
                 listed = worker.request("tools/list", {}, timeout=self.handshake_timeout)
-                tools = (listed or {}).get("tools") or []
+                tools = listed.get("tools") if isinstance(listed, dict) else None
+                tools = [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
                 self._publish_tools(managed, tools)
                 if self.on_tools is not None:
                     self.on_tools(spec, tools)
@@ -151,7 +177,7 @@ class WorkerSupervisor:
         managed = self.plugins[plugin_id]
         if call_id is not None:
             if call_id in managed.calls:
-                raise ValueError("call id in flight")
+                raise CallIdInUse(f"call id {call_id!r} is already in flight")
             managed.calls[call_id] = worker
         try:
             return worker.request(method, params, timeout=timeout or self.call_timeout, call_id=call_id)
@@ -178,6 +204,13 @@ class WorkerSupervisor:
         return result
 
     # -- live settings -------------------------------------------------------------------
+
+    def current_log_level(self):
+        if self.log_level:
+            return self.log_level
+        level = logging.getLogger("agenthost").getEffectiveLevel()
+        return {5: "TRACE", logging.DEBUG: "DEBUG", logging.WARNING: "WARN",
+                logging.ERROR: "ERROR"}.get(level, "INFO")
 
     def set_log_level(self, level):
         self.log_level = level
@@ -221,8 +254,9 @@ class WorkerSupervisor:
     # -- stopping ------------------------------------------------------------------------
 
     def stop_all(self):
-        for managed in list(self.plugins.values()):
-            self._stop_worker(managed)
+        """Host shutdown: stop every worker (side by side, each gets its grace period) and spawn no more."""
+        self.closed = True
+        gevent.joinall([gevent.spawn(self._stop_worker, m) for m in list(self.plugins.values())])
 
     def _stop_worker(self, managed):
         worker = managed.worker
@@ -275,12 +309,16 @@ class WorkerSupervisor:
             level = params.get("level", "info")
             title = str(params.get("title") or "").strip()
             if level not in ("info", "success", "warning", "error") or not title:
-                raise WorkerCallError(-32602, "host/notify needs a level (info|success|warning|error) and a title")
+                raise WorkerCallError(INVALID_PARAMS, "host/notify needs a level (info|success|warning|error) and a title")
             body, link = params.get("body"), params.get("link")
-            note = center.create(source=f"plugin:{spec.id}", level=level,
-                                 title=f"{spec.name}: {title}"[:200],
-                                 body=str(body)[:4000] if body is not None else None,
-                                 link=str(link)[:2048] if link is not None else None)
+            try:
+                note = center.create(source=f"plugin:{spec.id}", level=level,
+                                     title=f"{spec.name}: {title}"[:200],
+                                     body=str(body)[:4000] if body is not None else None,
+                                     link=str(link)[:2048] if link is not None else None)
+            except ValidationError as exc:  # e.g. control characters the center refuses to store
+                fields = ", ".join(sorted(exc.messages)) if isinstance(exc.messages, dict) else "params"
+                raise WorkerCallError(INVALID_PARAMS, f"host/notify refused: invalid {fields}") from None
             return {"id": note["id"]}
         if method == "host/ping":
             return {}

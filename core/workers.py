@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import gevent
 from gevent import subprocess
 from gevent.event import AsyncResult
-from gevent.lock import BoundedSemaphore, RLock
+from gevent.lock import BoundedSemaphore
 
 from .db import isoformat, utcnow
 

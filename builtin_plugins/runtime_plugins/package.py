@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +18,10 @@ MAX_ENTRIES = 2000
 MAX_ENTRY_BYTES = 32 * 1024 * 1024
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
 MAX_RATIO = 200  # a compression ratio beyond this on a large entry is a zip bomb
+MAX_MANIFEST_BYTES = 256 * 1024
+# What a damaged or unsupported entry raises while it is read (bad CRC, bad deflate stream,
+# truncated data, an unknown compression method, an encrypted entry).
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
 PERMISSIONS = ("files.read", "files.write", "notify")
 MANIFEST = "plugin.json"
 
@@ -70,7 +75,8 @@ def safe_name(name):
     if not name or "\\" in name or name.startswith("/") or "\x00" in name:
         raise PackageError(f"unsafe path in package: {name[:100]!r}")
     pure = PurePosixPath(name)
-    if pure.is_absolute() or any(p in ("..", "") for p in pure.parts) or ":" in pure.parts[0]:
+    if (not pure.parts or pure.is_absolute() or any(p in ("..", "") for p in pure.parts)
+            or ":" in pure.parts[0]):
         raise PackageError(f"unsafe path in package: {name[:100]!r}")
     return pure.parts
 
@@ -96,13 +102,16 @@ def read(data, sha256=None):
         raise PackageError("the upload is not a zip archive") from None
     if len(infos) > MAX_ENTRIES:
         raise PackageError(f"the package has more than {MAX_ENTRIES} entries")
-    total, files, names = 0, [], set()
+    total, files, names, folders = 0, [], {}, set()
     for info in infos:
-        safe_name(info.filename)
+        parts = safe_name(info.filename)
         mode = info.external_attr >> 16
         if stat.S_ISLNK(mode):
             raise PackageError(f"links are not allowed in packages: {info.filename[:100]!r}")
+        if info.flag_bits & 0x1:
+            raise PackageError(f"encrypted entries are not allowed: {info.filename[:100]!r}")
         if info.is_dir():
+            folders.add("/".join(parts))
             continue
         if info.file_size > MAX_ENTRY_BYTES:
             raise PackageError(f"entry too large: {info.filename[:100]!r}")
@@ -111,15 +120,33 @@ def read(data, sha256=None):
         total += info.file_size
         if total > MAX_TOTAL_BYTES:
             raise PackageError("the package unpacks to more than the size limit")
-        if info.filename in names:
+        # Compare normalised names: "a/./b" and "a/b" would be written to the same file.
+        name = "/".join(parts)
+        if name in names:
             raise PackageError(f"duplicate entry: {info.filename[:100]!r}")
-        names.add(info.filename)
+        names[name] = info
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
         files.append(info)
+    clash = names.keys() & folders
+    if clash:
+        raise PackageError(f"entry is both a file and a folder: {sorted(clash)[0][:100]!r}")
+    try:
+        damaged = archive.testzip()  # every entry decompresses and matches its CRC (sizes are bounded above)
+    except _READ_ERRORS:
+        damaged = "an entry"
+    if damaged is not None:
+        raise PackageError(f"damaged entry: {damaged[:100]!r}")
     if MANIFEST not in names:
         raise PackageError("the package has no plugin.json at its root", {"manifest": ["Missing plugin.json."]})
+    if names[MANIFEST].file_size > MAX_MANIFEST_BYTES:
+        raise PackageError("plugin.json is too large", {"manifest": ["Larger than 256 KiB."]})
     try:
-        manifest = json.loads(archive.read(MANIFEST).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        raw = archive.read(names[MANIFEST])
+    except _READ_ERRORS:
+        raise PackageError("plugin.json is damaged in the archive", {"manifest": ["Damaged entry."]}) from None
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise PackageError("plugin.json is not valid JSON", {"manifest": ["Not valid JSON."]}) from None
     validate_manifest(manifest, names)
     return Package(manifest, data, hashlib.sha256(data).hexdigest(), files)
@@ -150,7 +177,12 @@ def validate_manifest(manifest, names):
     entry = (manifest.get("ui") or {}).get("entry") if isinstance(manifest.get("ui"), dict) else None
     if isinstance(entry, str):
         try:
-            if "/".join(safe_name(entry)) not in names:
+            parts = safe_name(entry)
+            if len(parts) < 2:
+                # The UI folder is the entry's folder and is served without a token:
+                # at the root it would expose the worker's code and manifest.
+                errors["ui.entry"] = ["The UI entry must be inside a folder, such as ui/index.html."]
+            elif "/".join(parts) not in names:
                 errors["ui.entry"] = ["The UI entry is not in the package."]
         except PackageError:
             errors["ui.entry"] = ["Unsafe path."]
@@ -170,7 +202,10 @@ def extract(package, dest):
         with archive.open(info) as src, open(target, "wb") as out:
             remaining = info.file_size
             while True:
-                chunk = src.read(65536)
+                try:
+                    chunk = src.read(65536)
+                except _READ_ERRORS:
+                    raise PackageError(f"damaged entry: {info.filename[:100]!r}") from None
                 if not chunk:
                     break
                 remaining -= len(chunk)

@@ -39,3 +39,9 @@ def settings_changed(host, settings, changed):
     runtime = host.service("runtime_plugins")
     if runtime is not None and "logLevel" in changed:
         runtime.supervisor.set_log_level(settings["logLevel"])
+
+
+@hookimpl
+def register_commands(cli):
+    from .commands import plugins_group
+    cli.add_command(plugins_group)

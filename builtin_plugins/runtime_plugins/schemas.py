@@ -1,16 +1,28 @@
 """Runtime plugin schemas."""
-from marshmallow import EXCLUDE, Schema, fields, validate
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
 from core.schemas import QueryBoolean, StrictBoolean, StrictSchema
 
 
+def _call_id(value):
+    # marshmallow 4 ignores a validator's return value: refusing means raising.
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValidationError("Must be a string or an integer.")
+    if isinstance(value, str) and not 1 <= len(value) <= 128:
+        raise ValidationError("Must be 1 to 128 characters.")
+    if isinstance(value, int) and not -2**53 < value < 2**53:
+        raise ValidationError("Must be a safe integer.")
+
+
+def _params(value):
+    if not isinstance(value, (dict, list)):
+        raise ValidationError("Must be an object or an array (JSON-RPC params).")
+
+
 class InvokeIn(StrictSchema):
-    callId = fields.Raw(load_default=None, allow_none=True,
-                        validate=lambda v: v is None or (isinstance(v, (str, int)) and not isinstance(v, bool)
-                                                         and len(str(v)) <= 128))
+    callId = fields.Raw(load_default=None, allow_none=True, validate=_call_id)
     method = fields.String(required=True, validate=validate.Length(1, 200))
-    params = fields.Raw(load_default=None, allow_none=True,
-                        validate=lambda v: v is None or isinstance(v, (dict, list)))
+    params = fields.Raw(load_default=None, allow_none=True, validate=_params)
 
 
 class EnabledIn(StrictSchema):

@@ -12,8 +12,8 @@ from sqlalchemy import select
 from core.db import isoformat, utcnow
 from core.errors import ApiError, NotFound
 from core.supervisor import PluginUnavailable, WorkerSupervisor
-from core.workers import (CallCancelled, LogRing, RuntimeSpec, Worker, WorkerCallError, WorkerFault,
-                          command_for, worker_env)
+from core.workers import (CallCancelled, CallIdInUse, LogRing, RuntimeSpec, Worker, WorkerCallError,
+                          WorkerFault, command_for, worker_env)
 
 from . import package as pkg
 from .models import InstalledPlugin
@@ -34,6 +34,7 @@ class RuntimePlugins:
         self.cache_root = root / "cache"
         for folder in (self.installed_root, self.staging_root, self.data_root, self.cache_root):
             folder.mkdir(parents=True, exist_ok=True)
+        self._recover()
         self.health_timeout = float(cfg.get("plugins.health-timeout-seconds", 10))
         self.supervisor = WorkerSupervisor(
             host,
@@ -46,6 +47,24 @@ class RuntimePlugins:
             on_tools=self._cache_tools,
         )
         self.gate = RLock()  # the runtime update gate: one install/uninstall at a time
+        self.updating = set()  # plugin ids whose worker is down for an update right now
+
+    def _recover(self):
+        """Finish what a host that died inside the update gate left behind.
+
+        A commit renames the live folder to ``.old-<id>-<hex>`` before moving the staged
+        one in; when only the ``.old`` folder survived, it is the installed version.
+        """
+        for leftover in self.staging_root.iterdir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        for old in sorted(self.installed_root.glob(".old-*")):
+            plugin_id = old.name[len(".old-"):].rsplit("-", 1)[0]
+            current = self.install_dir(plugin_id)
+            if not current.exists():
+                os.rename(old, current)
+                log.warning("restored %s from an interrupted update", plugin_id)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
 
     # -- specs ---------------------------------------------------------------------------
 
@@ -139,7 +158,7 @@ class RuntimePlugins:
         try:
             return pkg.read(data, sha256)
         except pkg.PackageError as exc:
-            raise ApiError(400, "invalid_package", str(exc), errors=exc.errors) from None
+            raise _invalid(exc) from None
 
     def _inspection(self, package):
         m = package.manifest
@@ -166,29 +185,39 @@ class RuntimePlugins:
         if inspection["permissions"] and not confirm_permissions:
             raise ApiError(400, "permissions_not_confirmed",
                            "The package asks for permissions; confirm them with confirmPermissions=true.",
-                           permissions=inspection["permissions"])
+                           permissions=inspection["permissions"],
+                           errors={"confirmPermissions": ["Must be true: the package asks for "
+                                                          + ", ".join(inspection["permissions"]) + "."]})
         plugin_id = package.id
         with self.gate:
             staging = self.staging_root / f"{plugin_id}-{secrets.token_hex(6)}"
             current = self.install_dir(plugin_id)
             previous = self.supervisor.get(plugin_id)
             was_tracked = previous is not None
-            self.supervisor.remove(plugin_id)  # stop the old worker; its tools leave for now
+            self.updating.add(plugin_id)
             try:
-                pkg.extract(package, staging)
-                self._health_check(self.spec_for(package.manifest, staging))
-                self._commit(package, staging, current)
-            except Exception:
-                shutil.rmtree(staging, ignore_errors=True)
-                if was_tracked:  # the previous version keeps working
-                    self.supervisor.add(previous.spec, tools=self._cached_tools(plugin_id))
-                raise
-        if self._enabled(plugin_id):
-            self.supervisor.add(self.spec_for(package.manifest))
-        return {**inspection, "installed": True, "enabled": self._enabled(plugin_id)}
+                self.supervisor.remove(plugin_id)  # stop the old worker; its tools leave for now
+                try:
+                    try:
+                        pkg.extract(package, staging)
+                    except pkg.PackageError as exc:
+                        raise _invalid(exc) from None
+                    tools = self._health_check(self.spec_for(package.manifest, staging))
+                    self._commit(package, staging, current, tools)
+                except Exception:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    if was_tracked:  # the previous version keeps working
+                        self.supervisor.add(previous.spec, tools=self._cached_tools(plugin_id))
+                    raise
+                enabled = self._enabled(plugin_id)
+                if enabled:
+                    self.supervisor.add(self.spec_for(package.manifest), tools=tools)
+            finally:
+                self.updating.discard(plugin_id)
+        return {**inspection, "installed": True, "enabled": enabled}
 
     def _health_check(self, spec):
-        """initialize + ping within the time limit, from the staging folder."""
+        """initialize + ping within the time limit, from the staging folder; returns its tools/list."""
         try:
             argv = command_for(spec)
         except WorkerFault as fault:
@@ -200,6 +229,15 @@ class RuntimePlugins:
         try:
             worker.start(self.health_timeout)
             worker.request("ping", {}, timeout=self.health_timeout)
+            if worker.capabilities.get("tools") is None:
+                return None
+            # The catalog shows an installed plugin's tools before its first spawn.
+            try:
+                listed = worker.request("tools/list", {}, timeout=self.health_timeout)
+            except WorkerCallError:
+                return None
+            tools = listed.get("tools") if isinstance(listed, dict) else None
+            return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
         except (WorkerFault, WorkerCallError) as exc:
             category = getattr(exc, "category", "handshake")
             raise ApiError(422, "health_check_failed", f"the new version failed its health check: {exc}",
@@ -208,7 +246,7 @@ class RuntimePlugins:
             worker.stopping = True
             worker.stop()
 
-    def _commit(self, package, staging, current):
+    def _commit(self, package, staging, current, tools=None):
         m = package.manifest
         old = None
         if current.exists():
@@ -229,7 +267,11 @@ class RuntimePlugins:
             if old is not None:
                 os.rename(old, current)
             raise
-        (self.cache_root / f"{m['id']}.tools.json").unlink(missing_ok=True)
+        cache = self.cache_root / f"{m['id']}.tools.json"
+        if tools is None:
+            cache.unlink(missing_ok=True)
+        else:
+            cache.write_text(json.dumps(tools), encoding="utf-8")
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -254,7 +296,7 @@ class RuntimePlugins:
         with self.gate:
             with self.host.db.session() as s:
                 s.delete(self._row(s, plugin_id))
-            self.supervisor.remove(plugin_id)
+            self.supervisor.forget(plugin_id)
             shutil.rmtree(self.install_dir(plugin_id), ignore_errors=True)
             (self.cache_root / f"{plugin_id}.tools.json").unlink(missing_ok=True)
             if delete_data:
@@ -265,6 +307,9 @@ class RuntimePlugins:
 
     def invoke(self, plugin_id, method, params=None, call_id=None):
         self.get(plugin_id)  # 404 for an unknown plugin
+        if plugin_id in self.updating:
+            raise ApiError(503, "plugin_updating", "The plugin is being updated; try again shortly.",
+                           headers={"Retry-After": "1"})
         try:
             return self.supervisor.invoke(plugin_id, method, params, call_id=call_id)
         except PluginUnavailable as exc:
@@ -278,7 +323,7 @@ class RuntimePlugins:
             raise ApiError(409, "call_cancelled", "The call was cancelled.") from None
         except WorkerFault as exc:
             raise ApiError(502, "worker_fault", exc.message, faultCategory=exc.category) from None
-        except ValueError:
+        except CallIdInUse:
             raise ApiError(409, "call_id_in_use", "A call with this callId is already in flight.") from None
 
     def cancel(self, plugin_id, call_id):
@@ -286,16 +331,11 @@ class RuntimePlugins:
         return {"cancelled": self.supervisor.cancel(plugin_id, call_id)}
 
     def logs(self, plugin_id, limit=None):
-        self.get(plugin_id)
-        managed = self.supervisor.get(plugin_id)
-        return managed.logs.recent(limit) if managed else []
+        return self.log_ring(plugin_id).recent(limit)
 
     def log_ring(self, plugin_id):
-        self.get(plugin_id)
-        managed = self.supervisor.get(plugin_id)
-        if managed is None:
-            raise ApiError(409, "plugin_not_enabled", "The plugin is disabled.")
-        return managed.logs
+        self.get(plugin_id)  # 404 for an unknown plugin; a disabled one keeps its recent logs
+        return self.supervisor.ring(plugin_id)
 
     def ui_folder(self, plugin_id):
         """The installed UI folder of an enabled plugin, or None."""
@@ -308,3 +348,8 @@ class RuntimePlugins:
             return None
         entry_parts = pkg.safe_name(ui["entry"])
         return self.install_dir(plugin_id).joinpath(*entry_parts[:-1])
+
+
+def _invalid(exc):
+    """A refused package as a 400 problem; a reason that names no field is filed under ``file``."""
+    return ApiError(400, "invalid_package", str(exc), errors=exc.errors or {"file": [str(exc)]})
