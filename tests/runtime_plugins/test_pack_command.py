@@ -59,3 +59,20 @@ def test_a_ui_entry_at_the_package_root_is_refused(tmp_path):
     result = pack(source, tmp_path)
     assert result.returncode == 1
     assert "ui.entry" in result.stderr
+
+
+def test_the_mcp_sdk_example_serves_its_tools_through_the_catalog(tmp_path, make_app):
+    result = pack(EXAMPLES / "mcp-clock", tmp_path)
+    assert result.returncode == 0, result.stderr
+    zip_path = next(tmp_path.glob("*.zip"))
+    app = make_app()
+    client = app.test_client()
+    resp = client.post("/api/plugin-packages/upload", headers=HEADERS,
+                       data={"file": (zip_path.open("rb"), zip_path.name)})
+    assert resp.status_code == 201, resp.json
+    tools = {t["name"]: t for t in client.get("/api/agent/tools", headers=HEADERS).json}
+    add = next(t for name, t in tools.items() if name.endswith("__add"))
+    assert add["source"] == "plugin:com.example.mcp-clock"
+    assert set(add["parameters"]["properties"]) == {"a", "b"}
+    result = app.extensions["agenthost"].tools.call(add["name"], {"a": 2, "b": 3.5})
+    assert result["structuredContent"] == {"result": 5.5}
