@@ -1,5 +1,6 @@
 """The Host: what every hook receives (config, database, events, tickets, tools, plugins)."""
 import logging
+from pathlib import Path
 import threading
 from urllib.parse import quote, quote_plus
 
@@ -12,6 +13,7 @@ from .tools import ToolCatalog
 log = logging.getLogger("agenthost.host")
 
 SETUP, APP = "SETUP", "APP"
+CORE_MIGRATIONS = Path(__file__).with_name("migrations") / "versions"
 
 LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
               "WARN": logging.WARNING, "ERROR": logging.ERROR}
@@ -35,6 +37,7 @@ class Host:
         self.tools = ToolCatalog()
         self.services = {}  # name -> object other areas may use (see provide/service)
         self.db = None
+        self.tasks = None  # core.tasks.TaskQueue while in APP mode
         self.mode = SETUP
         self.app = None
         self.stopping = False
@@ -104,7 +107,9 @@ class Host:
         """Each plugin's migrations with its own version table.
 
         A builtin's failure stops APP mode; an extension's failure drops that extension only.
+        The kernel's own tables (the task queue) come first.
         """
+        db.migrate([CORE_MIGRATIONS], version_table=db.version_table("core"))
         for name, folders in self.migration_folders():
             try:
                 db.migrate(folders, version_table=db.version_table(name))
@@ -126,8 +131,11 @@ class Host:
                 log.exception("migrations failed")
                 raise ModeError("the database schema could not be migrated") from exc
             self.db = db
+            from .tasks import TaskQueue
+            self.tasks = TaskQueue(self)
             # Services come up before the mode flips, so no request sees APP mode without them.
             self.plugins.notify("startup", host=self)
+            self.tasks.start()  # after startup hooks: every task kind is registered
             self.mode = APP
             log.info("APP mode on %s", db.kind)
 
@@ -154,6 +162,9 @@ class Host:
             # New requests get the SETUP answer at once; the database stays for the shutdown hooks.
             self.mode = SETUP
             self.events.close_all()
+            if self.tasks is not None:
+                self.tasks.stop()
+                self.tasks = None
             self.plugins.notify("shutdown", host=self)
             self.services.clear()
             db, self.db = self.db, None

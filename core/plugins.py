@@ -29,6 +29,7 @@ BUILTIN_PLUGINS = (
     "runtime_plugins",
     "agent",
     "workflows",
+    "tasks",
 )
 
 # Disabling these would leave no way back into a working host.

@@ -1,0 +1,1 @@
+"""Background task endpoints: snapshots, capacity, long-poll and cancel over core.tasks."""

@@ -1,0 +1,424 @@
+"""The background task queue: durable rows, fair admission, a dispatcher and the in-process executor."""
+import collections
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+
+import gevent
+from gevent.event import Event
+from gevent.pool import Pool
+from gevent.queue import Empty
+from sqlalchemy import Integer, String, Text, func, select, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .db import Model, UTCDateTime, isoformat, utcnow
+from .errors import ApiError, NotFound
+
+log = logging.getLogger("agenthost.tasks")
+
+PRIORITIES = ("interactive", "normal", "batch")
+WEIGHTS = {"interactive": 4, "normal": 2, "batch": 1}
+TERMINAL = ("succeeded", "failed", "cancelled")
+POLICY = "owner-round-robin-weighted-priority"
+
+
+class Task(Model):
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), nullable=False)
+    priority: Mapped[str] = mapped_column(String(16), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    kind: Mapped[str] = mapped_column(String(40), nullable=False)
+    payload: Mapped[str] = mapped_column(Text, nullable=False)
+    source: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    queued_at: Mapped[object] = mapped_column(UTCDateTime, nullable=False)
+    started_at: Mapped[object | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[object | None] = mapped_column(UTCDateTime, nullable=True)
+    output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class TaskLock(Model):
+    __tablename__ = "task_locks"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+
+
+@dataclass(frozen=True)
+class Limits:
+    running: int = 16
+    queued_global: int = 128
+    queued_owner: int = 32
+    batch_global: int = 64
+    non_interactive_global: int = 96
+    owner_batch: int = 16
+    owner_non_interactive: int = 24
+    owner_all: int = 32
+
+
+class CapacityError(ApiError):
+    def __init__(self, scope, priority=None, detail=None):
+        extra = {"capacityScope": scope}
+        if priority is not None:
+            extra["capacityPriority"] = priority
+        super().__init__(429, "capacity_exceeded",
+                         detail or f"The background queue is full ({scope}); retry shortly.",
+                         headers={"Retry-After": "1"}, **extra)
+
+
+def task_view(row, now=None):
+    now = now or utcnow()
+    wait_end = row.started_at or (row.finished_at if row.state == "cancelled" else None) or now
+    duration = None
+    if row.started_at is not None:
+        duration = int(((row.finished_at or now) - row.started_at).total_seconds() * 1000)
+    return {
+        "taskId": row.id, "owner": row.owner, "priority": row.priority, "state": row.state,
+        "phase": "queued" if row.state == "queued" else "running" if row.state == "running" else "finished",
+        "kind": row.kind, "source": row.source, "runId": row.run_id,
+        "queuedAt": isoformat(row.queued_at), "startedAt": isoformat(row.started_at),
+        "finishedAt": isoformat(row.finished_at),
+        "queueWaitMs": max(0, int((wait_end - row.queued_at).total_seconds() * 1000)),
+        "runDurationMs": duration,
+        "output": json.loads(row.output) if row.output else None, "error": row.error,
+    }
+
+
+class FairPolicy:
+    """Owners take turns; within an owner interactive:normal:batch are served 4:2:1
+    (smooth weighted round robin); a task waiting longer than ``aging`` seconds goes first."""
+
+    def __init__(self, aging_seconds=60.0):
+        self.aging = aging_seconds
+        self.last_owner = None
+        self.credit = collections.defaultdict(lambda: dict.fromkeys(PRIORITIES, 0))
+
+    def pick(self, heads, now):
+        """``heads``: {(owner, priority): oldest queued_at}; returns the (owner, priority) to serve."""
+        if not heads:
+            return None
+        starving = [(queued, key) for key, queued in heads.items()
+                    if (now - queued).total_seconds() >= self.aging]
+        if starving:
+            return min(starving)[1]
+        owners = sorted({owner for owner, _ in heads})
+        if self.last_owner in owners:
+            owner = owners[(owners.index(self.last_owner) + 1) % len(owners)]
+        else:
+            later = [o for o in owners if self.last_owner is not None and o > self.last_owner]
+            owner = later[0] if later else owners[0]
+        available = [p for p in PRIORITIES if (owner, p) in heads]
+        credit = self.credit[owner]
+        total = sum(WEIGHTS[p] for p in available)
+        for p in available:
+            credit[p] += WEIGHTS[p]
+        best = max(available, key=lambda p: (credit[p], WEIGHTS[p]))
+        credit[best] -= total
+        self.last_owner = owner
+        return owner, best
+
+
+class TaskQueue:
+    """Admission, dispatch and execution of background tasks (``host.tasks``)."""
+
+    def __init__(self, host, limits=None):
+        self.host = host
+        self.limits = limits or Limits(running=int(host.config.get("tasks.max-running", 16)))
+        self.policy = FairPolicy(float(host.config.get("tasks.aging-seconds", 60)))
+        self.kinds = {}  # kind -> (run(task_view, ctx) -> output, cancel(task_view) or None)
+        self.pool = Pool(self.limits.running)
+        self.running = {}  # task id -> TaskContext
+        self._wake = Event()
+        self._loop = None
+        self.finished_listeners = []  # callables(task view) after a task ends
+        self.poll_seconds = float(host.config.get("tasks.poll-seconds", 2))
+
+    # -- kinds ---------------------------------------------------------------------------
+
+    def register_kind(self, kind, run, cancel=None):
+        self.kinds[kind] = (run, cancel)
+
+    # -- admission -----------------------------------------------------------------------
+
+    def admit(self, owner, priority, kind, payload, *, source=None, run_id=None, session=None):
+        """Admit a task in one transaction that checks every limit; raises CapacityError (429)."""
+        if priority not in PRIORITIES:
+            raise ValueError(f"unknown priority {priority!r}")
+        if session is not None:
+            return self._admit(session, owner, priority, kind, payload, source, run_id)
+        with self.host.db.session() as s:
+            view = self._admit(s, owner, priority, kind, payload, source, run_id)
+        self.wake()
+        return view
+
+    def _admit(self, s, owner, priority, kind, payload, source, run_id):
+        # Serialise admissions across hosts and workers: the counts below must not race.
+        s.execute(select(TaskLock).where(TaskLock.name == "admission").with_for_update()).scalar_one_or_none()
+        counts = collections.Counter()
+        for row_owner, row_priority, n in s.execute(
+                select(Task.owner, Task.priority, func.count()).where(Task.state == "queued")
+                .group_by(Task.owner, Task.priority)):
+            counts[(row_owner, row_priority)] += n
+        L = self.limits
+        total = sum(counts.values())
+        mine = sum(n for (o, _), n in counts.items() if o == owner)
+        batch = sum(n for (_, p), n in counts.items() if p == "batch")
+        non_interactive = sum(n for (_, p), n in counts.items() if p != "interactive")
+        my_batch = counts[(owner, "batch")]
+        my_non_interactive = my_batch + counts[(owner, "normal")]
+        if total >= L.queued_global:
+            raise CapacityError("global")
+        if mine >= min(L.queued_owner, L.owner_all):
+            raise CapacityError("owner")
+        if priority == "batch" and batch >= L.batch_global:
+            raise CapacityError("global-priority", "batch")
+        if priority != "interactive" and non_interactive >= L.non_interactive_global:
+            raise CapacityError("global-priority", priority)
+        if priority == "batch" and my_batch >= L.owner_batch:
+            raise CapacityError("owner-priority", "batch")
+        if priority != "interactive" and my_non_interactive >= L.owner_non_interactive:
+            raise CapacityError("owner-priority", priority)
+        row = Task(id=str(uuid.uuid4()), owner=owner, priority=priority, state="queued", kind=kind,
+                   payload=json.dumps(payload), source=source, run_id=run_id, queued_at=utcnow())
+        s.add(row)
+        s.flush()
+        return task_view(row)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, task_id, owner):
+        with self.host.db.session() as s:
+            row = s.get(Task, task_id)
+            if row is None or row.owner != owner:
+                raise NotFound("task")
+            return task_view(row)
+
+    def list(self, owner, limit=50):
+        with self.host.db.session() as s:
+            rows = s.execute(select(Task).where(Task.owner == owner)
+                             .order_by(Task.queued_at.desc(), Task.id).limit(limit)).scalars().all()
+            return [task_view(r) for r in rows]
+
+    def wait(self, task_id, owner, timeout):
+        """Long-poll for a terminal state; holds no database connection while waiting."""
+        subscription = self.host.events.subscribe(f"task:{task_id}")
+        try:
+            view = self.get(task_id, owner)
+            deadline = gevent.get_hub().loop.now() + timeout
+            while view["state"] not in TERMINAL:
+                remaining = deadline - gevent.get_hub().loop.now()
+                if remaining <= 0:
+                    break
+                try:
+                    subscription.get(timeout=remaining)
+                except Empty:
+                    return self.get(task_id, owner)  # fresh: it may have started meanwhile
+                view = self.get(task_id, owner)
+            return view
+        finally:
+            subscription.close()
+
+    def capacity(self, owner):
+        now = utcnow()
+        with self.host.db.session() as s:
+            rows = s.execute(select(Task.owner, Task.priority, Task.state, func.count(), func.min(Task.queued_at))
+                             .where(Task.state.in_(("queued", "running")))
+                             .group_by(Task.owner, Task.priority, Task.state)).all()
+        L = self.limits
+        by = collections.Counter()
+        oldest = {}
+        owners = set()
+        for row_owner, priority, state, n, first in rows:
+            by[(row_owner, priority, state)] += n
+            owners.add(row_owner)
+            if state == "queued":
+                wait = int((now - first).total_seconds() * 1000)
+                oldest[priority] = max(oldest.get(priority, 0), wait)
+
+        def count(owner_=None, priority=None, state=None):
+            return sum(n for (o, p, st), n in by.items()
+                       if (owner_ is None or o == owner_) and (priority is None or p == priority)
+                       and (state is None or st == state))
+
+        queued, running = count(state="queued"), count(state="running")
+        batch_q = count(priority="batch", state="queued")
+        non_inter_q = queued - count(priority="interactive", state="queued")
+        mine_q = count(owner, state="queued")
+        my_batch = count(owner, "batch", "queued")
+        my_non_inter = mine_q - count(owner, "interactive", "queued")
+        remaining = {
+            "global": max(0, L.queued_global - queued),
+            "batch": max(0, min(L.batch_global - batch_q, L.queued_global - queued)),
+            "nonInteractive": max(0, min(L.non_interactive_global - non_inter_q, L.queued_global - queued)),
+        }
+        owner_remaining = {
+            "all": max(0, min(L.owner_all - mine_q, remaining["global"])),
+            "nonInteractive": max(0, min(L.owner_non_interactive - my_non_inter, remaining["nonInteractive"],
+                                         L.owner_all - mine_q)),
+            "batch": max(0, min(L.owner_batch - my_batch, remaining["batch"], L.owner_all - mine_q)),
+        }
+        return {
+            "running": running, "queued": queued,
+            "maxRunning": L.running, "maxQueued": L.queued_global,
+            "interactive": {"running": count(priority="interactive", state="running"),
+                            "queued": count(priority="interactive", state="queued")},
+            "normal": {"running": count(priority="normal", state="running"),
+                       "queued": count(priority="normal", state="queued")},
+            "batch": {"running": count(priority="batch", state="running"), "queued": batch_q},
+            "limits": {"queued": L.queued_global, "queuedPerOwner": L.queued_owner, "batchQueued": L.batch_global,
+                       "nonInteractiveQueued": L.non_interactive_global, "running": L.running},
+            "remaining": remaining,
+            "owner": {
+                "queued": mine_q, "running": count(owner, state="running"),
+                "shares": {"batch": L.owner_batch, "nonInteractive": L.owner_non_interactive,
+                           "all": L.owner_all},
+                "remaining": owner_remaining,
+            },
+            "activeOwners": len(owners),
+            "oldestQueueWaitMs": max(oldest.values(), default=0),
+            "oldestInteractiveQueueWaitMs": oldest.get("interactive", 0),
+            "oldestNormalQueueWaitMs": oldest.get("normal", 0),
+            "oldestBatchQueueWaitMs": oldest.get("batch", 0),
+            "saturated": running >= L.running or remaining["global"] == 0,
+            "schedulingPolicy": POLICY,
+        }
+
+    # -- cancel --------------------------------------------------------------------------
+
+    def cancel(self, task_id, owner):
+        """Queued: removed at once. Running: cooperative (the body is told to stop)."""
+        with self.host.db.session() as s:
+            row = s.get(Task, task_id)
+            if row is None or row.owner != owner:
+                raise NotFound("task")
+            if row.state in TERMINAL:
+                raise ApiError(409, "task_finished", f"The task is already {row.state}.")
+            if row.state == "queued":
+                result = s.execute(update(Task).where(Task.id == task_id, Task.state == "queued")
+                                   .values(state="cancelled", finished_at=utcnow(), error="cancelled before start"))
+                if result.rowcount == 1:
+                    view = task_view(s.get(Task, task_id))
+                    cancelled_queued = True
+                else:
+                    cancelled_queued = False
+            else:
+                cancelled_queued = False
+        if cancelled_queued:
+            self._finished_hook(view)
+            self.host.events.publish(f"task:{task_id}", "task", view)
+            return {"taskId": task_id, "cancelled": True, "state": "cancelled"}
+        ctx = self.running.get(task_id)
+        if ctx is not None:
+            ctx.cancelled.set()
+            _, cancel = self.kinds.get(ctx.task["kind"], (None, None))
+            if cancel is not None:
+                cancel(ctx.task)
+        return {"taskId": task_id, "cancelled": True, "state": "cancelling"}
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def start(self):
+        """At host start: unfinished tasks are failed (not replayed); then dispatch."""
+        with self.host.db.session() as s:
+            s.execute(update(Task).where(Task.state.in_(("queued", "running")))
+                      .values(state="failed", finished_at=utcnow(), error="the host restarted before the task finished"))
+        self._loop = gevent.spawn(self._dispatch_loop)
+
+    def stop(self):
+        if self._loop is not None:
+            self._loop.kill(block=True, timeout=2)
+            self._loop = None
+        for ctx in list(self.running.values()):
+            ctx.cancelled.set()
+        self.pool.kill(block=True, timeout=5)
+
+    def wake(self):
+        self._wake.set()
+
+    def _dispatch_loop(self):
+        while True:
+            self._wake.clear()
+            try:
+                while self.pool.free_count() > 0:
+                    task = self._claim_next()
+                    if task is None:
+                        break
+                    ctx = TaskContext(task)
+                    self.running[task["taskId"]] = ctx
+                    self.pool.spawn(self._execute, ctx)
+            except Exception:
+                log.exception("dispatcher error")
+            self._wake.wait(timeout=self.poll_seconds)
+
+    def _claim_next(self):
+        now = utcnow()
+        for _ in range(5):  # another host may claim the same head; try the next
+            with self.host.db.session() as s:
+                heads = {(o, p): q for o, p, q in s.execute(
+                    select(Task.owner, Task.priority, func.min(Task.queued_at)).where(Task.state == "queued")
+                    .group_by(Task.owner, Task.priority))}
+                choice = self.policy.pick(heads, now)
+                if choice is None:
+                    return None
+                owner, priority = choice
+                task_id = s.execute(select(Task.id).where(Task.state == "queued", Task.owner == owner,
+                                                          Task.priority == priority)
+                                    .order_by(Task.queued_at, Task.id).limit(1)).scalar()
+                if task_id is None:
+                    continue
+                claimed = s.execute(update(Task).where(Task.id == task_id, Task.state == "queued")
+                                    .values(state="running", started_at=utcnow(), executor="embedded")).rowcount
+                if claimed == 1:
+                    return task_view(s.get(Task, task_id))
+        return None
+
+    def _execute(self, ctx):
+        task = ctx.task
+        state, output, error = "succeeded", None, None
+        try:
+            run, _ = self.kinds[task["kind"]]
+            output = run(task, ctx)
+            if ctx.cancelled.is_set():
+                state = "cancelled"
+        except KeyError:
+            state, error = "failed", f"no executor for task kind {task['kind']!r}"
+        except TaskFailed as exc:
+            state, error, output = "failed", str(exc), exc.output
+        except Exception as exc:
+            log.exception("task %s failed", task["taskId"])
+            state, error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+        finally:
+            self.running.pop(task["taskId"], None)
+        with self.host.db.session() as s:
+            s.execute(update(Task).where(Task.id == task["taskId"])
+                      .values(state=state, finished_at=utcnow(), error=error,
+                              output=json.dumps(output, default=str) if output is not None else None))
+            view = task_view(s.get(Task, task["taskId"]))
+        self._finished_hook(view)
+        self.host.events.publish(f"task:{task['taskId']}", "task", view)
+        self.wake()
+
+    def _finished_hook(self, view):
+        for listener in list(self.finished_listeners):
+            try:
+                listener(view)
+            except Exception:
+                log.exception("task listener failed")
+
+
+class TaskFailed(Exception):
+    """A task body's failure, with an optional output summary."""
+
+    def __init__(self, message, output=None):
+        super().__init__(message)
+        self.output = output
+
+
+class TaskContext:
+    def __init__(self, task):
+        self.task = task
+        self.cancelled = Event()
