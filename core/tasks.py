@@ -79,7 +79,7 @@ def task_view(row, now=None):
     return {
         "taskId": row.id, "owner": row.owner, "priority": row.priority, "state": row.state,
         "phase": "queued" if row.state == "queued" else "running" if row.state == "running" else "finished",
-        "kind": row.kind, "source": row.source, "runId": row.run_id,
+        "kind": row.kind, "source": row.source, "runId": row.run_id, "payload": json.loads(row.payload),
         "queuedAt": isoformat(row.queued_at), "startedAt": isoformat(row.started_at),
         "finishedAt": isoformat(row.finished_at),
         "queueWaitMs": max(0, int((wait_end - row.queued_at).total_seconds() * 1000)),
@@ -288,6 +288,13 @@ class TaskQueue:
         }
 
     # -- cancel --------------------------------------------------------------------------
+
+    def for_run(self, run_id):
+        """The newest task that executes a run, or None."""
+        with self.host.db.session() as s:
+            row = s.execute(select(Task).where(Task.run_id == run_id).order_by(Task.queued_at.desc())
+                            .limit(1)).scalar_one_or_none()
+            return task_view(row) if row is not None else None
 
     def cancel(self, task_id, owner):
         """Queued: removed at once. Running: cooperative (the body is told to stop)."""

@@ -6,7 +6,7 @@ import time
 
 import gevent
 from gevent.event import AsyncResult, Event
-from gevent.lock import RLock
+from gevent.lock import RLock, Semaphore
 from gevent.pool import Pool
 
 from core import plans
@@ -20,10 +20,12 @@ log = logging.getLogger("agenthost.agent")
 
 DISPLAY_CAP = 16 * 1024  # bytes of JSON shown per step result on the stream and in history
 DEFAULT_CONCURRENCY = 8
+MAX_ERROR_CHARS = 4000
+DEFAULT_CANCEL_GRACE = 5.0  # seconds a running tool has to notice ctx.cancelled before it is stopped
 
 
 class RunCancelled(Exception):
-    pass
+    """The run (or this step) was told to stop."""
 
 
 class Gate:
@@ -37,8 +39,12 @@ class Gate:
 class ActiveRun:
     def __init__(self, run_id):
         self.run_id = run_id
-        self.cancelled = Event()
+        self.cancelled = Event()  # the user asked to cancel
+        self.halt = Event()  # every running tool must stop (cancel, or another step failed); ctx.cancelled
         self.gate = None
+        # One armed gate at a time: approve addresses "the armed gate", so concurrent
+        # steps that need approval queue for it instead of replacing each other's gate.
+        self.gate_slot = Semaphore(1)
         self.greenlet = None
         self.lock = RLock()
 
@@ -48,7 +54,7 @@ def display(result):
     text = json.dumps(result, default=str)
     if len(text) <= DISPLAY_CAP:
         return result, False
-    return {"truncated": text[:DISPLAY_CAP]}, True
+    return {"preview": text[:DISPLAY_CAP], "size": len(text)}, True
 
 
 class Engine:
@@ -56,15 +62,29 @@ class Engine:
         self.host = host
         self.store = store
         self.active = {}
-        self.concurrency = int(host.config.get("agent.step-concurrency", DEFAULT_CONCURRENCY))
+        self.concurrency = max(1, int(host.config.get("agent.step-concurrency", DEFAULT_CONCURRENCY)))
+        self.cancel_grace = float(host.config.get("agent.cancel-grace-seconds", DEFAULT_CANCEL_GRACE))
 
     # -- starting ------------------------------------------------------------------------
 
     def start(self, run_id, *, resume=False):
+        """Run in a greenlet of its own (tests and tools that bypass the task queue)."""
         active = ActiveRun(run_id)
         self.active[run_id] = active
         active.greenlet = gevent.spawn(self._execute, active, resume)
         return active
+
+    def finish_unstarted(self, run_id, status, error):
+        """End a run whose task never started (cancelled while queued)."""
+        active = ActiveRun(run_id)
+        self._finish(active, None, status, error=error)
+
+    def execute(self, run_id, *, resume=False):
+        """Run to the end in the calling greenlet: the body of an ``agent_run`` task."""
+        active = ActiveRun(run_id)
+        active.greenlet = gevent.getcurrent()
+        self.active[run_id] = active
+        self._execute(active, resume)
 
     def stop_all(self):
         """Host shutdown: stop every run where it is, without finishing it.
@@ -88,8 +108,7 @@ class Engine:
             if gate is None or gate.released.ready():
                 raise ApiError(409, "no_gate_armed", "The run is not waiting for approval.")
             if gate_id is not None and gate_id != gate.gate_id:
-                raise ApiError(409, "stale_gate", "The gateId does not match the armed gate; refresh the run.",
-                               armedGateId=None)
+                raise ApiError(409, "stale_gate", "The gateId does not match the armed gate; refresh the run.")
             if plan is not None and gate.kind != "plan":
                 raise ApiError(409, "plan_edit_not_allowed", "A plan can only be edited at plan approval.")
             active.gate = None
@@ -101,52 +120,62 @@ class Engine:
         if active is None:
             return False
         active.cancelled.set()
+        self._halt(active)
+        return True
+
+    def _halt(self, active):
+        """Tell every running tool to stop and drop the armed gate."""
+        active.halt.set()
         with active.lock:
             if active.gate is not None and not active.gate.released.ready():
                 active.gate.released.set_exception(RunCancelled())
-                active.gate = None
-        return True
+            active.gate = None
 
     def _wait_gate(self, active, run, gate, event, data):
         auto = run["config"].get("permissionMode") == "auto"
-        with active.lock:
-            if active.cancelled.is_set():
-                raise RunCancelled()
-            active.gate = gate
-        self.store.emit(active.run_id, event, data)
-        if auto:
+        with active.gate_slot:
             with active.lock:
-                if active.gate is gate:
-                    active.gate = None
+                if active.halt.is_set():
+                    raise RunCancelled()
+                active.gate = gate
+            self.store.emit(active.run_id, event, data)
+            if auto:
+                with active.lock:
+                    if active.gate is gate:
+                        active.gate = None
+                self.store.emit(active.run_id, "gate_released",
+                                {"gateId": gate.gate_id, "kind": gate.kind, "index": gate.index,
+                                 "by": "permissionMode:auto"}, streamed=False)
+                return None
+            decision = gate.released.get()  # raises RunCancelled on cancel
             self.store.emit(active.run_id, "gate_released",
-                            {"gateId": gate.gate_id, "kind": gate.kind, "index": gate.index,
-                             "by": "permissionMode:auto"}, streamed=False)
-            return None
-        decision = gate.released.get()  # raises RunCancelled on cancel
-        self.store.emit(active.run_id, "gate_released",
-                        {"gateId": gate.gate_id, "kind": gate.kind, "index": gate.index, "by": "user",
-                         "planEdited": decision.get("plan") is not None}, streamed=False)
-        return decision
+                            {"gateId": gate.gate_id, "kind": gate.kind, "index": gate.index, "by": "user",
+                             "planEdited": decision.get("plan") is not None}, streamed=False)
+            return decision
 
     # -- the run -------------------------------------------------------------------------
 
     def _execute(self, active, resume):
         run_id = active.run_id
+        status, error, result = "failed", None, None
         try:
-            run_row = self.store.load(run_id)
-            run = {"config": json.loads(run_row.config), "inputs": json.loads(run_row.inputs),
-                   "goal": run_row.goal, "owner": run_row.owner,
-                   "plan": json.loads(run_row.plan) if run_row.plan else None}
+            row = self.store.load(run_id)
+            run = {"config": json.loads(row.config), "inputs": json.loads(row.inputs),
+                   "goal": row.goal, "owner": row.owner,
+                   "plan": json.loads(row.plan) if row.plan else None}
             plan = self._plan(active, run, resume)
-            self._run_steps(active, run, plan)
+            result = self._run_steps(active, run, plan)
+            status = "complete"
         except RunCancelled:
-            self._finish(active, run_row, "cancelled", error="cancelled")
+            status, error = "cancelled", "cancelled"
         except _RunFailed as exc:
-            self._finish(active, run_row, "failed", error=str(exc))
+            error = str(exc)
         except Exception as exc:  # the engine itself must never leave a run hanging
             log.exception("run %s crashed", run_id)
-            self._finish(active, run_row if "run_row" in locals() else None, "failed",
-                         error=f"internal error: {type(exc).__name__}")
+            error = f"internal error: {type(exc).__name__}"
+        # GreenletExit (host shutdown) skips this on purpose: the run stays active and
+        # is marked recovery-required at the next start.
+        self._finish(active, status, error=error, result=result)
 
     def _plan(self, active, run, resume):
         run_id = active.run_id
@@ -157,37 +186,40 @@ class Engine:
             plan = plans.validate(draft, tools=self.host.tools)
         except plans.PlanError as exc:
             raise _RunFailed(f"invalid plan: {exc}") from None
-        self.store.set_status(run_id, "planning", plan=plan)
-        text = json.dumps(_public_plan(plan))
+        check_max_steps(plan, run["config"])
+        self.store.set_status(run_id, "planning", plan=public_plan(plan))
+        text = json.dumps(public_plan(plan))
         for i in range(0, len(text), 256):
             self.store.emit(run_id, "plan_token", {"text": text[i:i + 256]})
-        self.store.emit(run_id, "plan_ready", {"plan": _public_plan(plan)})
+        self.store.emit(run_id, "plan_ready", {"plan": public_plan(plan)})
         needs_review = resume or run["config"].get("planApproval", "required") != "auto"
         if needs_review:
             self.store.set_status(run_id, "awaiting_plan_approval")
             gate = Gate("plan")
             decision = self._wait_gate(active, run, gate, "plan_approval_requested", {"gateId": gate.gate_id})
             if decision and decision.get("plan") is not None:
-                plan = self._edited_plan(run_id, plan, decision["plan"])
-        if active.cancelled.is_set():
+                plan = self._edited_plan(run_id, run, decision["plan"])
+        if active.halt.is_set():
             raise RunCancelled()
         self.store.ensure_steps(run_id, plan)
-        self.store.set_status(run_id, "running", plan=plan)
+        self.store.set_status(run_id, "running", plan=public_plan(plan))
         return plan
 
-    def _edited_plan(self, run_id, old, edited):
-        # The edited plan was validated by the approve endpoint; validate again against the live catalog.
+    def _edited_plan(self, run_id, run, edited):
+        # The approve endpoint validated it; validate again against the live catalog.
         try:
             plan = plans.validate(edited, tools=self.host.tools)
         except plans.PlanError as exc:
             raise _RunFailed(f"invalid edited plan: {exc}") from None
-        self.store.emit(run_id, "plan_edited", {"plan": _public_plan(plan)}, streamed=False)
+        check_max_steps(plan, run["config"])
+        self.store.emit(run_id, "plan_edited", {"plan": public_plan(plan)}, streamed=False)
         return plan
 
     def _run_steps(self, active, run, plan):
         run_id = active.run_id
         steps = plan["steps"]
         rows = {r.index: r for r in self.store.steps(run_id)}
+        invocations = {i: r.invocation_id for i, r in rows.items()}
         outputs, state = {}, {}
         for step in steps:
             row = rows[step["index"]]
@@ -208,7 +240,7 @@ class Engine:
                 changed = False
                 for step in steps:
                     i = step["index"]
-                    if state[i] != "pending" or i in running:
+                    if state[i] != "pending":
                         continue
                     deps = step["dependsOn"]
                     if any(state[d] not in ("complete", "skipped") for d in deps):
@@ -220,26 +252,27 @@ class Engine:
                         self.store.emit(run_id, "step_skipped", {"index": i, "id": step["id"]})
                         changed = True
 
-        while True:
-            if active.cancelled.is_set():
-                break
-            settle_skips()
-            ready = [s for s in steps if state[s["index"]] == "pending" and s["index"] not in running
-                     and all(state[d] in ("complete", "skipped") for d in s["dependsOn"])]
-            if failure:
-                break
-            for step in ready:
-                state[step["index"]] = "running"
-                running[step["index"]] = pool.spawn(self._run_step, active, run, step, outputs, state, failure)
-            if not running:
-                break
-            finished = gevent.wait(list(running.values()), count=1)
-            for g in finished:
-                for i, greenlet in list(running.items()):
-                    if greenlet is g:
-                        del running[i]
-        if running:  # cancel or failure: running tools were told; wait for them to stop
-            gevent.joinall(list(running.values()), timeout=30)
+        try:
+            while not active.halt.is_set() and not failure:
+                settle_skips()
+                ready = [s for s in steps if state[s["index"]] == "pending"
+                         and all(state[d] in ("complete", "skipped") for d in s["dependsOn"])]
+                for step in ready:
+                    if active.halt.is_set():
+                        break
+                    state[step["index"]] = "running"
+                    # Blocks while the pool is full: that is the concurrency bound.
+                    running[step["index"]] = pool.spawn(self._run_step, active, run, step, outputs, state,
+                                                        failure, invocations[step["index"]])
+                if not running:
+                    break
+                finished = gevent.wait(list(running.values()), count=1)
+                for i in [i for i, g in running.items() if g in finished]:
+                    del running[i]
+            if running:  # cancel or failure: the running tools were told; wait for them to stop
+                gevent.joinall(list(running.values()), timeout=self.cancel_grace + 5)
+        finally:
+            pool.kill(block=True, timeout=5)  # shutdown kill, or a straggler past its grace
         if active.cancelled.is_set():
             raise RunCancelled()
         if failure:
@@ -247,55 +280,53 @@ class Engine:
         leftover = [s["id"] for s in steps if state[s["index"]] not in ("complete", "skipped")]
         if leftover:
             raise _RunFailed(f"steps could not run: {', '.join(leftover)}")
-        result = {"outputs": {s["id"]: display(outputs.get(s["id"]))[0] for s in steps
-                              if state[s["index"]] == "complete"},
-                  "skipped": [s["id"] for s in steps if state[s["index"]] == "skipped"]}
-        self._finish(active, None, "complete", result=result)
+        return {"outputs": {s["id"]: display(outputs.get(s["id"]))[0] for s in steps
+                            if state[s["index"]] == "complete"},
+                "skipped": [s["id"] for s in steps if state[s["index"]] == "skipped"]}
 
-    def _run_step(self, active, run, step, outputs, state, failure):
+    def _run_step(self, active, run, step, outputs, state, failure, invocation_id):
         run_id, index = active.run_id, step["index"]
         try:
             if step["approval"]:
                 self.store.update_step(run_id, index, status="awaiting_approval")
                 gate = Gate("step", index)
+                self.store.set_status(run_id, "awaiting_step_approval")
                 self._wait_gate(active, run, gate, "step_approval_requested", {"index": index, "gateId": gate.gate_id})
+                self.store.set_status(run_id, "running")
             tool = self.host.tools.get(step["tool"])
             retry = step["retry"]
             retry_safe = step["retrySafe"] if step["retrySafe"] is not None else bool(tool and tool.retry_safe)
             max_attempts = retry["maxAttempts"] if retry_safe else 1
-            rows = {r.index: r for r in self.store.steps(run_id)}
-            invocation_id = rows[index].invocation_id
-            attempt = rows[index].attempts
+            attempt = 0
             while True:
-                if active.cancelled.is_set():
+                if active.halt.is_set():
                     raise RunCancelled()
                 attempt += 1
                 started = time.monotonic()
                 self.store.update_step(run_id, index, status="running", attempts=attempt, started_at=utcnow(),
-                                       error=None)
+                                       finished_at=None, error=None)
                 self.store.emit(run_id, "step_start", {"index": index, "id": step["id"], "title": step["title"],
                                                        "tool": step["tool"], "attempt": attempt,
                                                        "invocationId": invocation_id})
                 try:
                     result = self._call(active, run, step, outputs, invocation_id)
-                except RunCancelled:
-                    raise
                 except _StepFailed as exc:
-                    error = str(exc)
+                    error = str(exc)[:MAX_ERROR_CHARS]
                     if exc.retryable and attempt < max_attempts:
                         self.store.update_step(run_id, index, status="retrying", error=error)
                         self.store.emit(run_id, "step_retry", {"index": index, "nextAttempt": attempt + 1,
                                                                "maxAttempts": max_attempts,
                                                                "delayMs": retry["delayMs"], "error": error})
-                        if retry["delayMs"] and active.cancelled.wait(retry["delayMs"] / 1000):
-                            raise RunCancelled()
+                        if retry["delayMs"] and active.halt.wait(retry["delayMs"] / 1000):
+                            raise RunCancelled() from None
                         continue
                     self.store.update_step(run_id, index, status="failed", error=error, finished_at=utcnow())
                     state[index] = "failed"
                     failure.append(f"step {step['id']} failed: {error}")
+                    self._halt(active)  # the run fails: stop the steps still running
                     return
                 shown, truncated = display(result)
-                self.store.update_step(run_id, index, status="complete", result=json.dumps(result, default=str),
+                self.store.update_step(run_id, index, status="complete", result=json.dumps(result),
                                        result_truncated=truncated, finished_at=utcnow())
                 outputs[step["id"]] = result
                 state[index] = "complete"
@@ -320,52 +351,80 @@ class Engine:
         except ToolError as exc:
             raise _StepFailed(str(exc), retryable=False) from None
         ctx = ToolContext(host=self.host, owner=run["owner"], run_id=active.run_id, step_id=step["id"],
-                          cancelled=active.cancelled, file_refs=list(run["config"].get("fileGrants") or []))
+                          cancelled=active.halt, file_refs=list(run["config"].get("fileGrants") or []))
         ctx.invocation_id = invocation_id
+        outcome = self._invoke(active, tool, arguments, ctx)
+        if active.halt.is_set():
+            raise RunCancelled()  # a tool that stopped because it was told to: not a failure
+        kind, value = outcome
+        if kind == "tool_error":
+            raise _StepFailed(str(value))
+        if kind == "crash":
+            raise _StepFailed(f"{step['tool']} raised {type(value).__name__}: {value}")
         try:
-            result = tool.handler(arguments, ctx)
-        except ToolError as exc:
-            raise _StepFailed(str(exc)) from None
-        except RunCancelled:
-            raise
-        except Exception as exc:
-            log.exception("tool %s raised", step["tool"])
-            raise _StepFailed(f"{step['tool']} raised {type(exc).__name__}: {exc}") from None
-        if active.cancelled.is_set():
-            raise RunCancelled()
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise _StepFailed(f"{step['tool']} returned a result that is not JSON ({exc})",
+                              retryable=False) from None
+        return value
+
+    def _invoke(self, active, tool, arguments, ctx):
+        """Run the handler in its own greenlet, so a tool that ignores ctx.cancelled can still be stopped."""
+
+        def call():
+            try:
+                return "ok", tool.handler(arguments, ctx)
+            except ToolError as exc:
+                return "tool_error", exc
+            except Exception as exc:
+                log.exception("tool %s raised", tool.name)
+                return "crash", exc
+
+        worker = gevent.spawn(call)
         try:
-            json.dumps(result)
-        except (TypeError, ValueError):
-            raise _StepFailed(f"{step['tool']} returned a result that is not JSON", retryable=False) from None
-        return result
+            gevent.wait([worker, active.halt], count=1)
+            if not worker.ready():
+                worker.join(timeout=self.cancel_grace)
+                if not worker.ready():
+                    log.warning("tool %s ignored cancel for %.1f s; stopped", tool.name, self.cancel_grace)
+                    raise RunCancelled()
+            return worker.get()
+        finally:
+            if not worker.ready():
+                worker.kill(block=False)
 
     # -- the end -------------------------------------------------------------------------
 
-    def _finish(self, active, run_row, status, *, error=None, result=None):
+    def _finish(self, active, status, *, error=None, result=None):
         run_id = active.run_id
+        if status == "complete":
+            event, data, streamed = "complete", {"runId": run_id, **(result or {})}, True
+        elif status == "failed":
+            event, data, streamed = "error", {"message": error}, True
+        else:
+            event, data, streamed = "cancelled", {"runId": run_id}, False
         try:
-            self.store.set_status(run_id, status, error=error, result=result)
-            if status == "complete":
-                self.store.emit(run_id, "complete", {"runId": run_id, **(result or {})})
-            elif status == "failed":
-                self.store.emit(run_id, "error", {"message": error})
-            else:
-                self.store.emit(run_id, "cancelled", {"runId": run_id}, streamed=False)
+            self.store.finish(run_id, status, error=None if status == "complete" else error, result=result,
+                              event=event, data=data, streamed=streamed)
+        except Exception:
+            log.exception("run %s: could not record its end", run_id)
         finally:
             self.host.events.close_channel(channel(run_id))
-            self.active.pop(run_id, None)
+            if self.active.get(run_id) is active:
+                del self.active[run_id]
             self.store.forget(run_id)
-        summary = {"runId": run_id, "status": status, "error": error}
         center = self.host.service("notifications")
         if center is not None:
             level = {"complete": "success", "failed": "error"}.get(status, "info")
             title = {"complete": "Run complete", "failed": "Run failed"}.get(status, "Run cancelled")
+            body = None if status == "complete" else (error or "")[:4000] or None
             try:
-                center.create(source="agent", level=level, title=title,
-                              body=(error or "")[:4000] or None, link=f"agent/runs/{run_id}")
+                center.create(source="agent", level=level, title=title, body=body, link=f"agent/runs/{run_id}")
             except Exception:
                 log.exception("run %s: notification failed", run_id)
-        self.host.plugins.notify("run_finished", host=self.host, run=summary)
+        self.host.plugins.notify("run_finished", host=self.host,
+                                 run={"runId": run_id, "status": status,
+                                      "error": None if status == "complete" else error})
 
 
 class _RunFailed(Exception):
@@ -378,6 +437,13 @@ class _StepFailed(Exception):
         self.retryable = retryable
 
 
-def _public_plan(plan):
+def check_max_steps(plan, config):
+    limit = config.get("maxSteps")
+    if limit is not None and len(plan["steps"]) > limit:
+        raise _RunFailed(f"the plan has {len(plan['steps'])} steps; config.maxSteps is {limit}")
+
+
+def public_plan(plan):
+    """A normalised plan as an AgentPlan again (valid input to plans.validate)."""
     return {"goal": plan.get("goal", ""), "steps": [
         {k: v for k, v in s.items() if k != "index" and v is not None} for s in plan["steps"]]}

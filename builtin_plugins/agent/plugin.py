@@ -21,6 +21,7 @@ def startup(host):
     agent = AgentService(host)
     agent.recover()
     host.provide("agent", agent)
+    host.tasks.register_kind("agent_run", agent.run_task, agent.cancel_task)
 
 
 @hookimpl

@@ -58,9 +58,12 @@ def stream():
     host.tickets.redeem("agent", args["ticket"], args["runId"])
     service = agent()
     run = service.store.load(args["runId"], "local")
-    subscription = host.events.subscribe(channel(run.id))  # first, so nothing falls between
-    replay = service.stream_items(run.id)
+    # Subscribe, then read the status, then the history: an event committed before the
+    # history read is replayed (and its live copy dropped by seq), a later one arrives
+    # live; a run found terminal has its terminal event committed with that status.
+    subscription = host.events.subscribe(channel(run.id))
     finished = service.store.load(run.id).status in TERMINAL
+    replay = service.stream_items(run.id)
     return stream_response(subscription, heartbeat=host.config.get("agent.heartbeat-seconds", 15),
                            replay=replay, terminal=("error", "complete"), end_after_replay=finished)
 

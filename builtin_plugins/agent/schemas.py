@@ -1,13 +1,21 @@
 """Agent request and response schemas."""
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates
+import os
 
-from core.schemas import StrictBoolean, StrictSchema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates, validates_schema
+
+from core.schemas import StoredText, StrictSchema
 
 
 class FileGrant(StrictSchema):
-    path = fields.String(required=True, validate=validate.Length(1, 4096))
+    path = StoredText(required=True, validate=validate.Length(1, 4096))
     access = fields.String(load_default="read", validate=validate.OneOf(("read", "read-write")))
     scope = fields.String(load_default="session", validate=validate.OneOf(("session", "persistent")))
+
+    @validates("path")
+    def _absolute(self, value, **kwargs):
+        # A relative grant would depend on the host's working directory.
+        if not os.path.isabs(os.path.expanduser(value)):
+            raise ValidationError("Must be an absolute path.")
 
 
 class AgentConfig(StrictSchema):
@@ -20,12 +28,12 @@ class AgentConfig(StrictSchema):
 
 
 class RunIn(StrictSchema):
-    goal = fields.String(required=True, validate=validate.Length(1, 20000))
+    goal = StoredText(required=True, validate=validate.Length(1, 20000))
     config = fields.Nested(AgentConfig, load_default=lambda: AgentConfig().load({}))
 
 
 class BatchIn(StrictSchema):
-    goals = fields.List(fields.String(validate=validate.Length(1, 20000)), required=True,
+    goals = fields.List(StoredText(validate=validate.Length(1, 20000)), required=True,
                         validate=validate.Length(1, 8))
     config = fields.Nested(AgentConfig, load_default=lambda: AgentConfig().load({}))
 
@@ -77,6 +85,13 @@ class ApproveIn(Schema):
     def _steps(self, value, **kwargs):
         if value is not None and not value:
             raise ValidationError("Must not be empty.")
+
+    @validates_schema
+    def _one_plan(self, data, **kwargs):
+        if data.get("plan") is not None and data.get("steps") is not None:
+            raise ValidationError("Send the edited plan either as plan or as goal and steps.", "plan")
+        if data.get("goal") is not None and data.get("steps") is None:
+            raise ValidationError("An edited plan needs its steps.", "steps")
 
 
 class Approved(Schema):

@@ -32,36 +32,63 @@ class AgentService:
 
     def start_run(self, goal, config, *, owner=OWNER, plan=None, inputs=None, workflow_id=None,
                   workflow_revision=None, parent_run_id=None):
-        """Create and start a run; returns its id. ``plan`` (or ``config.plan``) is the draft plan."""
-        draft = plan if plan is not None else config.get("plan")
+        """Create and start a run; returns its id. ``plan`` (or ``config.plan``) is the draft plan.
+
+        A ``config.plan`` is checked here (400 with per-field errors) so a bad plan
+        never becomes a run; ``plan`` comes from a caller that validated it already.
+        """
+        draft = plan
+        if draft is None and config.get("plan") is not None:
+            draft = config["plan"]
+            self.check_plan(draft, config, prefix="config.plan.")
         stored_config = {k: v for k, v in config.items() if k != "plan"}
         run_id = self.store.create(owner, goal, stored_config, plan=draft, inputs=inputs, workflow_id=workflow_id,
                                    workflow_revision=workflow_revision, parent_run_id=parent_run_id)
         self.engine.start(run_id)
         return run_id
 
+    def check_plan(self, plan, config, prefix=""):
+        """Validate an AgentPlan against the live catalog and ``config.maxSteps``; 400 otherwise."""
+        try:
+            normalised = plans.validate(plan, tools=self.host.tools)
+        except plans.PlanError as exc:
+            raise ApiError(400, "invalid_plan", f"The plan is invalid: {exc}",
+                           errors={prefix + k: v for k, v in exc.errors.items()}) from None
+        limit = (config or {}).get("maxSteps")
+        if limit is not None and len(normalised["steps"]) > limit:
+            raise ApiError(400, "invalid_plan", f"The plan has {len(normalised['steps'])} steps; "
+                           f"config.maxSteps is {limit}.", errors={prefix + "steps": [f"At most {limit} steps."]})
+        return normalised
+
     def approve(self, run_id, gate_id=None, plan=None, owner=OWNER):
         run = self.store.load(run_id, owner)
         if plan is not None:
-            try:
-                plans.validate(plan, tools=self.host.tools)
-            except plans.PlanError as exc:
-                raise ApiError(400, "invalid_plan", str(exc), errors=exc.errors) from None
+            self.check_plan(plan, json.loads(run.config))
         if run.status not in ACTIVE:
             raise ApiError(409, "no_gate_armed", f"The run is {run.status}; nothing waits for approval.")
         return self.engine.approve(run_id, gate_id, plan)
 
     def cancel(self, run_id, owner=OWNER):
-        run = self.store.load(run_id, owner)
+        run = self.store.load(run_id, owner)  # owner None: the host itself (a parent run)
         if run.status not in ACTIVE:
             raise ApiError(409, "run_not_active", f"The run is already {run.status}.")
         cancelled = self.engine.cancel(run_id)
+        if not cancelled:  # still queued: take its task out of the queue
+            task = self.host.tasks.for_run(run_id)
+            if task is not None and task["state"] == "queued":
+                result = self.host.tasks.cancel(task["taskId"], run.owner)
+                if result["state"] == "cancelled":
+                    self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
+                    return {"ok": True, "cancelled": True, "status": "cancelled"}
+            cancelled = self.engine.cancel(run_id)  # it started meanwhile
         return {"ok": True, "cancelled": cancelled, "status": "cancelling" if cancelled else run.status}
 
     def resume(self, run_id, owner=OWNER):
         run = self.store.load(run_id, owner)
         if run.status not in RESUMABLE:
             raise ApiError(409, "not_resumable", f"A {run.status} run cannot be resumed.")
+        if run_id in self.engine.active:
+            raise ApiError(409, "not_resumable", "The run is still stopping; try again in a moment.")
         if run.plan is None:
             raise ApiError(409, "not_resumable", "The run never had a plan.")
         config = json.loads(run.config)
@@ -70,10 +97,16 @@ class AgentService:
         if unfinished and session_grants:
             raise ApiError(409, "not_resumable",
                            "The remaining steps hold session-scoped file grants that ended with the session.")
-        self.store.reset_unfinished(run_id)
-        self.store.set_status(run_id, "planning", error=None)
-        self.engine.start(run_id, resume=True)
-        return {"runId": run_id, "status": "planning"}
+        if not self.store.claim_resume(run_id, owner):
+            raise ApiError(409, "not_resumable", "The run was resumed by another request.")
+        self.store.set_status(run_id, "queued")
+        try:
+            self.host.tasks.admit(run.owner, "interactive", "agent_run", {"runId": run_id, "resume": True},
+                                  source="resume", run_id=run_id)
+        except Exception:
+            self.store.set_status(run_id, run.status, error=run.error)  # a 429 leaves it resumable
+            raise
+        return {"runId": run_id, "status": "queued"}
 
     def runs(self, owner=OWNER, limit=50):
         return self.store.summaries(owner, limit)
@@ -84,29 +117,59 @@ class AgentService:
         return detail
 
     def stream_items(self, run_id):
-        """Persisted stream events of a run, in order, as ``(event, data, seq)``."""
-        return [(e["type"], e["data"], e["seq"]) for e in self.store.events(run_id, streamed_only=True)]
+        """Persisted stream events of the run's current attempt (since its last resume), in order,
+        as ``(event, data, seq)``: a resumed run's stream must not end at the earlier ``error``."""
+        return [(e["type"], e["data"], e["seq"])
+                for e in self.store.events(run_id, streamed_only=True, since_resume=True)]
 
     def wait(self, run_id, timeout=600, cancelled=None):
-        """Wait for a run to end (a child run of a workflow tool); its result, or ToolError."""
+        """Wait for a run to end (a child run of a workflow tool); its result, or ToolError.
+
+        The run may still be queued behind other tasks, so this follows the run's own
+        event channel (the end closes it) rather than a greenlet.
+        """
         import gevent
+        from gevent.queue import Empty
 
         from core.tools import ToolError
 
-        active = self.engine.active.get(run_id)
-        if active is not None and active.greenlet is not None:
-            watch = [active.greenlet] + ([cancelled] if cancelled is not None else [])
-            gevent.wait(watch, count=1, timeout=timeout)
-            if not active.greenlet.ready():
-                self.engine.cancel(run_id)
-                active.greenlet.join(timeout=30)
+        from .store import TERMINAL, channel
+
+        subscription = self.host.events.subscribe(channel(run_id))
+        deadline = gevent.get_hub().loop.now() + timeout
+        try:
+            while True:
+                run = self.store.load(run_id)
+                if run.status in TERMINAL:
+                    break
                 if cancelled is not None and cancelled.is_set():
+                    self._stop_child(run_id)
                     raise ToolError("cancelled")
-                raise ToolError(f"workflow run {run_id} timed out")
-        run = self.store.load(run_id)
+                remaining = deadline - gevent.get_hub().loop.now()
+                if remaining <= 0:
+                    self._stop_child(run_id)
+                    raise ToolError(f"workflow run {run_id} timed out")
+                if subscription.closed:  # the run ended (or the stream was dropped): re-read and follow again
+                    subscription = self.host.events.subscribe(channel(run_id))
+                    continue
+                try:
+                    subscription.get(timeout=min(remaining, 0.25))
+                except Empty:
+                    pass
+        except (gevent.GreenletExit, gevent.Timeout):
+            self._stop_child(run_id)  # the calling step was stopped: its child run stops too
+            raise
+        finally:
+            subscription.close()
         if run.status == "complete":
             return json.loads(run.result) if run.result else None
         raise ToolError(f"workflow run {run_id} {run.status}: {run.error or ''}".strip())
+
+    def _stop_child(self, run_id):
+        try:
+            self.cancel(run_id, owner=None)
+        except ApiError:
+            pass
 
     def shutdown(self):
         self.engine.stop_all()

@@ -2,6 +2,7 @@
 import json
 import uuid
 
+from gevent.lock import RLock
 from sqlalchemy import func, select, update
 
 from core.db import isoformat, utcnow
@@ -9,7 +10,7 @@ from core.errors import NotFound
 
 from .models import Run, RunEvent, StepExecution
 
-ACTIVE = ("planning", "awaiting_plan_approval", "running", "awaiting_step_approval")
+ACTIVE = ("queued", "planning", "awaiting_plan_approval", "running", "awaiting_step_approval")
 RESUMABLE = ("failed", "cancelled", "recovery_required")
 TERMINAL = ("complete", "failed", "cancelled", "recovery_required")
 
@@ -22,6 +23,22 @@ class RunStore:
     def __init__(self, host):
         self.host = host
         self._seq = {}  # run id -> last event seq written by this process
+        # Per run: taking a seq, committing and publishing happen under one lock, so
+        # concurrent steps publish in seq order and a stream's replay/live split
+        # (by seq) can neither lose nor repeat an event.
+        self._locks = {}
+
+    def _lock(self, run_id):
+        lock = self._locks.get(run_id)
+        if lock is None:
+            lock = self._locks[run_id] = RLock()
+        return lock
+
+    def _next_seq(self, s, run_id):
+        if run_id not in self._seq:
+            self._seq[run_id] = s.execute(select(func.max(RunEvent.seq))
+                                          .where(RunEvent.run_id == run_id)).scalar() or 0
+        return self._seq[run_id] + 1
 
     @property
     def db(self):
@@ -30,15 +47,20 @@ class RunStore:
     # -- runs ----------------------------------------------------------------------------
 
     def create(self, owner, goal, config, *, plan=None, inputs=None, workflow_id=None,
-               workflow_revision=None, parent_run_id=None):
+               workflow_revision=None, parent_run_id=None, session=None, status="queued"):
+        """A new run row (``queued`` until its task starts); inside ``session`` when given."""
         run_id = str(uuid.uuid4())
         now = utcnow()
-        with self.db.session() as s:
-            s.add(Run(id=run_id, owner=owner, goal=goal or "", status="planning",
-                      plan=json.dumps(plan) if plan is not None else None, config=json.dumps(config),
-                      inputs=json.dumps(inputs or {}), workflow_id=workflow_id,
-                      workflow_revision=workflow_revision, parent_run_id=parent_run_id,
-                      created_at=now, updated_at=now))
+        row = Run(id=run_id, owner=owner, goal=goal or "", status=status,
+                  plan=json.dumps(plan) if plan is not None else None, config=json.dumps(config),
+                  inputs=json.dumps(inputs or {}), workflow_id=workflow_id,
+                  workflow_revision=workflow_revision, parent_run_id=parent_run_id,
+                  created_at=now, updated_at=now)
+        if session is not None:
+            session.add(row)
+        else:
+            with self.db.session() as s:
+                s.add(row)
         self._seq[run_id] = 0
         return run_id
 
@@ -59,9 +81,47 @@ class RunStore:
         with self.db.session() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**values))
 
-    def set_plan(self, run_id, plan):
-        with self.db.session() as s:
-            s.execute(update(Run).where(Run.id == run_id).values(plan=json.dumps(plan), updated_at=utcnow()))
+    def finish(self, run_id, status, *, error, result, event, data, streamed):
+        """The terminal status and the terminal event in one transaction, then publish.
+
+        A stream that finds the run terminal therefore also finds its last event.
+        """
+        with self._lock(run_id):
+            now = utcnow()
+            with self.db.session() as s:
+                seq = self._next_seq(s, run_id)
+                s.execute(update(Run).where(Run.id == run_id).values(
+                    status=status, error=error, result=json.dumps(result) if result is not None else None,
+                    updated_at=now, finished_at=now))
+                s.add(RunEvent(run_id=run_id, seq=seq, type=event, data=json.dumps(data), streamed=streamed,
+                               created_at=now))
+            self._seq[run_id] = seq
+            if streamed:
+                self.host.events.publish_item(channel(run_id), (event, data, seq))
+
+    def claim_resume(self, run_id, owner):
+        """Move a resumable run back to planning, exactly once; writes the ``resumed`` marker event.
+
+        Returns False when another request resumed it first.
+        """
+        with self._lock(run_id):
+            with self.db.session() as s:
+                previous = s.execute(select(Run.status).where(Run.id == run_id)).scalar()
+                claimed = s.execute(update(Run).where(Run.id == run_id, Run.owner == owner,
+                                                      Run.status.in_(RESUMABLE))
+                                    .values(status="planning", error=None, finished_at=None, updated_at=utcnow())
+                                    .execution_options(synchronize_session=False))
+                if claimed.rowcount != 1:
+                    return False
+                s.execute(update(StepExecution)
+                          .where(StepExecution.run_id == run_id,
+                                 StepExecution.status.notin_(("complete", "skipped")))
+                          .values(status="pending", error=None, attempts=0, started_at=None, finished_at=None))
+                seq = self._next_seq(s, run_id)
+                s.add(RunEvent(run_id=run_id, seq=seq, type="resumed", data=json.dumps({"from": previous}),
+                               streamed=False, created_at=utcnow()))
+            self._seq[run_id] = seq
+            return True
 
     def mark_interrupted(self):
         """At start: runs that were active when the host stopped need recovery."""
@@ -86,8 +146,11 @@ class RunStore:
                     s.add(StepExecution(run_id=run_id, index=step["index"], step_id=step["id"],
                                         invocation_id=str(uuid.uuid4()), status="pending", attempts=0,
                                         result_truncated=False))
-                elif row.step_id != step["id"] and row.status not in ("complete", "skipped"):
-                    row.step_id = step["id"]
+                elif row.step_id != step["id"]:
+                    # An edited plan put another step at this position: it is a new invocation.
+                    row.step_id, row.invocation_id = step["id"], str(uuid.uuid4())
+                    row.status, row.attempts, row.result, row.error = "pending", 0, None, None
+                    row.result_truncated, row.started_at, row.finished_at = False, None, None
             for index, row in existing.items():
                 if index >= len(plan["steps"]):
                     s.delete(row)
@@ -105,34 +168,29 @@ class RunStore:
             s.execute(update(StepExecution).where(StepExecution.run_id == run_id,
                                                   StepExecution.index == index).values(**values))
 
-    def reset_unfinished(self, run_id):
-        with self.db.session() as s:
-            s.execute(update(StepExecution)
-                      .where(StepExecution.run_id == run_id,
-                             StepExecution.status.notin_(("complete", "skipped")))
-                      .values(status="pending", error=None, finished_at=None))
-
     # -- events --------------------------------------------------------------------------
 
     def emit(self, run_id, event, data, *, streamed=True):
         """Commit the event, then publish it; returns its sequence number."""
-        if run_id not in self._seq:
+        with self._lock(run_id):
             with self.db.session() as s:
-                self._seq[run_id] = s.execute(select(func.max(RunEvent.seq))
-                                              .where(RunEvent.run_id == run_id)).scalar() or 0
-        self._seq[run_id] += 1
-        seq = self._seq[run_id]
-        with self.db.session() as s:
-            s.add(RunEvent(run_id=run_id, seq=seq, type=event, data=json.dumps(data), streamed=streamed,
-                           created_at=utcnow()))
-        if streamed:
-            self.host.events.publish_item(channel(run_id), (event, data, seq))
-        return seq
+                seq = self._next_seq(s, run_id)
+                s.add(RunEvent(run_id=run_id, seq=seq, type=event, data=json.dumps(data), streamed=streamed,
+                               created_at=utcnow()))
+            self._seq[run_id] = seq
+            if streamed:
+                self.host.events.publish_item(channel(run_id), (event, data, seq))
+            return seq
 
-    def events(self, run_id, streamed_only=False):
+    def events(self, run_id, streamed_only=False, since_resume=False):
+        """Ordered audit events; ``since_resume``: only those after the last ``resumed`` marker."""
         query = select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)
         if streamed_only:
             query = query.where(RunEvent.streamed.is_(True))
+        if since_resume:
+            marker = (select(func.max(RunEvent.seq))
+                      .where(RunEvent.run_id == run_id, RunEvent.type == "resumed").scalar_subquery())
+            query = query.where(RunEvent.seq > func.coalesce(marker, 0))
         with self.db.session() as s:
             return [{"seq": e.seq, "type": e.type, "data": json.loads(e.data),
                      "createdAt": isoformat(e.created_at), "streamed": bool(e.streamed)}
@@ -140,6 +198,7 @@ class RunStore:
 
     def forget(self, run_id):
         self._seq.pop(run_id, None)
+        self._locks.pop(run_id, None)
 
     # -- views ---------------------------------------------------------------------------
 
