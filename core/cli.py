@@ -39,8 +39,10 @@ def cli():
 @data_dir_option
 @click.option("--redis", "redis_url", envvar="AGENTHOST_REDIS_URL", default=None,
               help="Redis URL for background tasks and the event bus.")
+@click.option("--redis-namespace", envvar="AGENTHOST_REDIS_NAMESPACE", default="agenthost", show_default=True,
+              help="Keeps several installs on one Redis apart.")
 @click.option("--log-level", default="INFO", type=click.Choice(["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]))
-def serve(token, port, data_dir, redis_url, log_level):
+def serve(token, port, data_dir, redis_url, redis_namespace, log_level):
     """Run the host on 127.0.0.1 and print SERVICE_PORT=<n> once it listens."""
     from .app import create_app
     from .launcher import serve as run
@@ -55,10 +57,27 @@ def serve(token, port, data_dir, redis_url, log_level):
         "service.auth.token": token,
         "service.data-dir": _data_dir(data_dir),
         "service.redis-url": redis_url,
+        "service.redis-namespace": redis_namespace,
         "service.log-level": log_level,
     })
     app = create_app(config)
     run(app, port)
+
+
+@cli.command()
+@click.option("--redis", "redis_url", envvar="AGENTHOST_REDIS_URL", required=True,
+              help="Redis URL the host was started with (--redis / AGENTHOST_REDIS_URL).")
+@click.option("--namespace", envvar="AGENTHOST_REDIS_NAMESPACE", default="agenthost", show_default=True,
+              help="Keeps several installs on one Redis apart.")
+@data_dir_option
+@click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
+def worker(redis_url, namespace, data_dir, burst):
+    """Run an RQ worker for background tasks (same database, tools and event bus as the host)."""
+    from .worker import run
+
+    _configure_logging(logging.INFO)
+    run(Config({"service.data-dir": _data_dir(data_dir), "service.redis-url": redis_url,
+                "service.redis-namespace": namespace, "service.log-level": "WARN"}), burst=burst)
 
 
 @cli.command()

@@ -9,6 +9,8 @@ DEFAULTS = {
     "service.data-dir": None,
     "service.port": DEFAULT_PORT,
     "service.redis-url": None,
+    "service.redis-namespace": "agenthost",
+    "service.role": "host",
     "service.max-body-bytes": 8 * 1024 * 1024,
     "service.log-level": "INFO",
     "datasource.probe-timeout-seconds": 5,

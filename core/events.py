@@ -114,3 +114,81 @@ class EventBus:
                 group.discard(sub)
                 if not group:
                     del self._channels[sub.channel]
+
+
+class RedisEventBus(EventBus):
+    """The same bus across processes: every publish goes through Redis pub/sub.
+
+    Host and ``core worker`` processes each keep their local subscriptions; one
+    listener greenlet per process receives every message of the ``agenthost:``
+    channels and fans it out locally. When Redis cannot be reached a publish is
+    delivered locally only (history is already in the database), and logged.
+    """
+
+    def __init__(self, redis_url, queue_size=1024, namespace="agenthost"):
+        import redis
+
+        super().__init__(queue_size)
+        # Redis pub/sub ignores database numbers: the namespace keeps installs apart.
+        self.PREFIX = f"{namespace}:bus:"
+        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, health_check_interval=30)
+        self._listener = None
+        self._stopped = False
+
+    def start(self):
+        import gevent
+        if self._listener is None:
+            self._listener = gevent.spawn(self._listen)
+
+    def stop(self):
+        self._stopped = True
+        if self._listener is not None:
+            self._listener.kill(block=False)
+            self._listener = None
+
+    def publish_item(self, channel, item):
+        import json
+        try:
+            self.redis.publish(self.PREFIX + channel, json.dumps({"item": list(item)}))
+            return self.subscriber_count(channel)
+        except Exception as exc:  # redis down: local streams still get it
+            log.warning("redis publish failed (%s); delivering locally", type(exc).__name__)
+            return super().publish_item(channel, item)
+
+    def close_channel(self, channel):
+        import json
+        try:
+            self.redis.publish(self.PREFIX + channel, json.dumps({"close": True}))
+        except Exception:
+            super().close_channel(channel)
+
+    def _listen(self):
+        import json
+
+        import gevent
+        backoff = 0.1
+        while not self._stopped:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.psubscribe(self.PREFIX + "*")
+                backoff = 0.1
+                for message in pubsub.listen():
+                    if message.get("type") != "pmessage":
+                        continue
+                    channel = message["channel"].decode()[len(self.PREFIX):]
+                    body = json.loads(message["data"])
+                    if body.get("close"):
+                        EventBus.close_channel(self, channel)
+                    else:
+                        EventBus.publish_item(self, channel, tuple(body["item"]))
+            except gevent.GreenletExit:
+                raise
+            except Exception as exc:
+                log.warning("redis bus listener lost its connection (%s); retrying", type(exc).__name__)
+                gevent.sleep(backoff)
+                backoff = min(backoff * 2, 5)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:
+                    pass

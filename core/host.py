@@ -32,7 +32,13 @@ class Host:
         self.config = config
         self.plugins = plugins
         self.pm = plugins.pm
-        self.events = EventBus(config["sse.queue-size"])
+        if config.get("service.redis-url"):
+            from .events import RedisEventBus
+            self.events = RedisEventBus(config["service.redis-url"], config["sse.queue-size"],
+                                        config.get("service.redis-namespace") or "agenthost")
+            self.events.start()
+        else:
+            self.events = EventBus(config["sse.queue-size"])
         self.tickets = TicketBook(config["tickets.ttl-seconds"])
         self.tools = ToolCatalog()
         self.services = {}  # name -> object other areas may use (see provide/service)
@@ -180,11 +186,18 @@ class Host:
     def set_log_level(self, name):
         logging.getLogger("agenthost").setLevel(LOG_LEVELS.get(name, logging.INFO))
 
+    @property
+    def role(self):
+        """``host`` (serves the API, dispatches tasks) or ``worker`` (``core worker``: runs task bodies)."""
+        return self.config.get("service.role", "host")
+
     def stop(self):
         """Clean shutdown: streams closed, shutdown hooks run, database released."""
         self.stopping = True
         self.enter_setup_mode()
         self.events.close_all()
+        if hasattr(self.events, "stop"):
+            self.events.stop()
 
 
 def describe_db_error(exc, datasource):

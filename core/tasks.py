@@ -21,6 +21,7 @@ PRIORITIES = ("interactive", "normal", "batch")
 WEIGHTS = {"interactive": 4, "normal": 2, "batch": 1}
 TERMINAL = ("succeeded", "failed", "cancelled")
 POLICY = "owner-round-robin-weighted-priority"
+CONTROL = "tasks-control"  # bus channel: wake dispatchers, cancel running tasks wherever they run
 
 
 class Task(Model):
@@ -134,6 +135,12 @@ class TaskQueue:
         self.running = {}  # task id -> TaskContext
         self._wake = Event()
         self._loop = None
+        self._control = None
+        self.executor = None  # None: the embedded greenlet pool; else an RQExecutor
+        redis_url = host.config.get("service.redis-url")
+        if redis_url:
+            from .rq_executor import RQExecutor
+            self.executor = RQExecutor(redis_url, host.config.get("service.redis-namespace"))
         self.finished_listeners = []  # callables(task view) after a task ends
         self.poll_seconds = float(host.config.get("tasks.poll-seconds", 2))
 
@@ -148,6 +155,8 @@ class TaskQueue:
         """Admit a task in one transaction that checks every limit; raises CapacityError (429)."""
         if priority not in PRIORITIES:
             raise ValueError(f"unknown priority {priority!r}")
+        if self.executor is not None:
+            self.executor.check()  # a clear 503 while Redis is away; nothing half-admitted
         if session is not None:
             return self._admit(session, owner, priority, kind, payload, source, run_id)
         with self.host.db.session() as s:
@@ -318,51 +327,97 @@ class TaskQueue:
             self._finished_hook(view)
             self.host.events.publish(f"task:{task_id}", "task", view)
             return {"taskId": task_id, "cancelled": True, "state": "cancelled"}
-        ctx = self.running.get(task_id)
-        if ctx is not None:
-            ctx.cancelled.set()
-            _, cancel = self.kinds.get(ctx.task["kind"], (None, None))
-            if cancel is not None:
-                cancel(ctx.task)
+        if not self._cancel_local(task_id):
+            self.host.events.publish(CONTROL, "cancel", {"taskId": task_id})  # a worker runs it
         return {"taskId": task_id, "cancelled": True, "state": "cancelling"}
+
+    def _cancel_local(self, task_id):
+        ctx = self.running.get(task_id)
+        if ctx is None:
+            return False
+        ctx.cancelled.set()
+        _, cancel = self.kinds.get(ctx.task["kind"], (None, None))
+        if cancel is not None:
+            cancel(ctx.task)
+        return True
 
     # -- dispatch ------------------------------------------------------------------------
 
     def start(self):
-        """At host start: unfinished tasks are failed (not replayed); then dispatch."""
+        """Host role: fail unfinished tasks (not replayed), then dispatch. Both roles: obey cancels."""
+        self._control = gevent.spawn(self._control_loop)
+        if self.host.role != "host":
+            return
         with self.host.db.session() as s:
             s.execute(update(Task).where(Task.state.in_(("queued", "running")))
-                      .values(state="failed", finished_at=utcnow(), error="the host restarted before the task finished"))
+                      .values(state="failed", finished_at=utcnow(),
+                              error="the host restarted before the task finished"))
         self._loop = gevent.spawn(self._dispatch_loop)
 
     def stop(self):
-        if self._loop is not None:
-            self._loop.kill(block=True, timeout=2)
-            self._loop = None
+        for greenlet in (self._loop, getattr(self, "_control", None)):
+            if greenlet is not None:
+                greenlet.kill(block=True, timeout=2)
+        self._loop = self._control = None
         for ctx in list(self.running.values()):
             ctx.cancelled.set()
         self.pool.kill(block=True, timeout=5)
 
     def wake(self):
         self._wake.set()
+        if self.executor is not None:  # other processes' dispatchers (a worker finished a task)
+            self.host.events.publish(CONTROL, "wake", {})
+
+    def _control_loop(self):
+        subscription = self.host.events.subscribe(CONTROL)
+        try:
+            while True:
+                item = subscription.get()
+                if not isinstance(item, tuple):
+                    subscription = self.host.events.subscribe(CONTROL)
+                    continue
+                op, data = item[0], item[1]
+                if op == "wake":
+                    self._wake.set()
+                elif op == "cancel":
+                    self._cancel_local(data["taskId"])
+        finally:
+            subscription.close()
+
+    def _free_slots(self):
+        if self.executor is None:
+            return self.pool.free_count()
+        with self.host.db.session() as s:
+            running = s.execute(select(func.count()).select_from(Task).where(Task.state == "running")).scalar()
+        return max(0, self.limits.running - running)
 
     def _dispatch_loop(self):
         while True:
             self._wake.clear()
             try:
-                while self.pool.free_count() > 0:
+                while self._free_slots() > 0:
                     task = self._claim_next()
                     if task is None:
                         break
-                    ctx = TaskContext(task)
-                    self.running[task["taskId"]] = ctx
-                    self.pool.spawn(self._execute, ctx)
+                    if self.executor is None:
+                        ctx = TaskContext(task)
+                        self.running[task["taskId"]] = ctx
+                        self.pool.spawn(self.execute, ctx)
+                    elif not self.executor.submit(task):
+                        self._unclaim(task["taskId"])  # nothing accepted is lost: it waits for the executor
+                        break
             except Exception:
                 log.exception("dispatcher error")
             self._wake.wait(timeout=self.poll_seconds)
 
+    def _unclaim(self, task_id):
+        with self.host.db.session() as s:
+            s.execute(update(Task).where(Task.id == task_id, Task.state == "running")
+                      .values(state="queued", started_at=None, executor=None))
+
     def _claim_next(self):
         now = utcnow()
+        executor = "embedded" if self.executor is None else self.executor.name
         for _ in range(5):  # another host may claim the same head; try the next
             with self.host.db.session() as s:
                 heads = {(o, p): q for o, p, q in s.execute(
@@ -378,21 +433,35 @@ class TaskQueue:
                 if task_id is None:
                     continue
                 claimed = s.execute(update(Task).where(Task.id == task_id, Task.state == "queued")
-                                    .values(state="running", started_at=utcnow(), executor="embedded")).rowcount
+                                    .values(state="running", started_at=utcnow(), executor=executor)).rowcount
                 if claimed == 1:
                     return task_view(s.get(Task, task_id))
         return None
 
-    def _execute(self, ctx):
+    def execute_by_id(self, task_id):
+        """The RQ job body: the same ``execute`` as the embedded pool, in a ``core worker`` process."""
+        with self.host.db.session() as s:
+            row = s.get(Task, task_id)
+            if row is None or row.state != "running":
+                return  # cancelled or failed while it waited in Redis
+            task = task_view(row)
+        ctx = TaskContext(task)
+        self.running[task_id] = ctx
+        self.execute(ctx)
+
+    def execute(self, ctx):
+        """Run one task body and record its end: the one task body both executors share."""
         task = ctx.task
         state, output, error = "succeeded", None, None
+        kind = self.kinds.get(task["kind"])
         try:
-            run, _ = self.kinds[task["kind"]]
-            output = run(task, ctx)
+            if kind is None:
+                raise TaskFailed(f"no executor for task kind {task['kind']!r}")
+            output = kind[0](task, ctx)
             if ctx.cancelled.is_set():
                 state = "cancelled"
-        except KeyError:
-            state, error = "failed", f"no executor for task kind {task['kind']!r}"
+        except TaskCancelled as exc:
+            state, error, output = "cancelled", "cancelled", exc.output
         except TaskFailed as exc:
             state, error, output = "failed", str(exc), exc.output
         except Exception as exc:
@@ -422,6 +491,14 @@ class TaskFailed(Exception):
 
     def __init__(self, message, output=None):
         super().__init__(message)
+        self.output = output
+
+
+class TaskCancelled(Exception):
+    """The work the task stood for was cancelled (e.g. its run, by the run's own cancel)."""
+
+    def __init__(self, output=None):
+        super().__init__("cancelled")
         self.output = output
 
 

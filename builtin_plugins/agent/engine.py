@@ -18,6 +18,7 @@ from .store import RunStore, channel
 
 log = logging.getLogger("agenthost.agent")
 
+CONTROL = "agent-control"  # bus channel for approvals and cancels of runs in other processes
 DISPLAY_CAP = 16 * 1024  # bytes of JSON shown per step result on the stream and in history
 DEFAULT_CONCURRENCY = 8
 MAX_ERROR_CHARS = 4000
@@ -77,7 +78,7 @@ class Engine:
     def finish_unstarted(self, run_id, status, error):
         """End a run whose task never started (cancelled while queued)."""
         active = ActiveRun(run_id)
-        self._finish(active, None, status, error=error)
+        self._finish(active, status, error=error)
 
     def execute(self, run_id, *, resume=False):
         """Run to the end in the calling greenlet: the body of an ``agent_run`` task."""
@@ -101,6 +102,8 @@ class Engine:
     def approve(self, run_id, gate_id=None, plan=None):
         """Release the armed gate exactly once; raise 409 for a stale, late or duplicate gateId."""
         active = self.active.get(run_id)
+        if active is None and self.remote:
+            return self._ask_remote("approve", {"runId": run_id, "gateId": gate_id, "plan": plan})
         if active is None:
             raise ApiError(409, "no_gate_armed", "The run is not waiting for approval.")
         with active.lock:
@@ -115,8 +118,58 @@ class Engine:
             gate.released.set({"by": "user", "plan": plan})
         return {"ok": True, "gateId": gate.gate_id, "kind": gate.kind}
 
+    # -- runs in other processes (the RQ executor) ----------------------------------------
+
+    @property
+    def remote(self):
+        return bool(self.host.config.get("service.redis-url"))
+
+    def listen(self):
+        """Obey approvals and cancels for the runs this process executes (over the Redis bus)."""
+        self._listener = gevent.spawn(self._control_loop)
+
+    def _control_loop(self):
+        subscription = self.host.events.subscribe(CONTROL)
+        while True:
+            item = subscription.get()
+            if not isinstance(item, tuple):
+                subscription = self.host.events.subscribe(CONTROL)
+                continue
+            op, data = item[0], item[1]
+            if data.get("runId") not in self.active:
+                continue
+            if op == "cancel":
+                self.cancel(data["runId"])
+            elif op == "approve":
+                try:
+                    reply = {"ok": self.approve(data["runId"], data.get("gateId"), data.get("plan"))}
+                except ApiError as exc:
+                    reply = {"error": {"status": exc.status, "code": exc.code, "detail": exc.detail}}
+                self.host.events.publish(data["reply"], "reply", reply)
+
+    def _ask_remote(self, op, data, timeout=3.0):
+        from gevent.queue import Empty
+        reply_channel = f"agent-reply:{secrets.token_hex(8)}"
+        subscription = self.host.events.subscribe(reply_channel)
+        try:
+            self.host.events.publish(CONTROL, op, {**data, "reply": reply_channel})
+            try:
+                item = subscription.get(timeout=timeout)
+            except Empty:
+                raise ApiError(409, "no_gate_armed", "The run is not waiting for approval.") from None
+        finally:
+            subscription.close()
+        body = item[1] if isinstance(item, tuple) else {}
+        if "error" in body:
+            err = body["error"]
+            raise ApiError(err["status"], err["code"], err["detail"])
+        return body.get("ok")
+
     def cancel(self, run_id):
         active = self.active.get(run_id)
+        if active is None and self.remote:
+            self.host.events.publish(CONTROL, "cancel", {"runId": run_id})  # a worker may be running it
+            return True
         if active is None:
             return False
         active.cancelled.set()

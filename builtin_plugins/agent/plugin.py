@@ -19,7 +19,10 @@ def register_models(host):
 def startup(host):
     from .service import AgentService
     agent = AgentService(host)
-    agent.recover()
+    if host.role == "host":  # a `core worker` must not touch the runs the host is serving
+        agent.recover()
+    if host.config.get("service.redis-url"):
+        agent.engine.listen()
     host.provide("agent", agent)
     host.tasks.register_kind("agent_run", agent.run_task, agent.cancel_task)
 

@@ -31,21 +31,54 @@ class AgentService:
         return self.store.mark_interrupted()
 
     def start_run(self, goal, config, *, owner=OWNER, plan=None, inputs=None, workflow_id=None,
-                  workflow_revision=None, parent_run_id=None):
-        """Create and start a run; returns its id. ``plan`` (or ``config.plan``) is the draft plan.
+                  workflow_revision=None, parent_run_id=None, priority="interactive", source=None,
+                  session=None):
+        """Create a run and admit its background task; returns the run id.
 
-        A ``config.plan`` is checked here (400 with per-field errors) so a bad plan
-        never becomes a run; ``plan`` comes from a caller that validated it already.
+        ``plan`` (or ``config.plan``) is the draft plan. A ``config.plan`` is checked here
+        (400 with per-field errors) so a bad plan never becomes a run; ``plan`` comes from
+        a caller that validated it already. The run row and its task are written in one
+        transaction (the caller's ``session`` when given, as a webhook delivery does), so
+        a 429 from admission leaves no run behind.
         """
         draft = plan
         if draft is None and config.get("plan") is not None:
             draft = config["plan"]
             self.check_plan(draft, config, prefix="config.plan.")
         stored_config = {k: v for k, v in config.items() if k != "plan"}
-        run_id = self.store.create(owner, goal, stored_config, plan=draft, inputs=inputs, workflow_id=workflow_id,
-                                   workflow_revision=workflow_revision, parent_run_id=parent_run_id)
-        self.engine.start(run_id)
+
+        def write(s):
+            run_id = self.store.create(owner, goal, stored_config, plan=draft, inputs=inputs,
+                                       workflow_id=workflow_id, workflow_revision=workflow_revision,
+                                       parent_run_id=parent_run_id, session=s)
+            s.flush()
+            self.host.tasks.admit(owner, priority, "agent_run", {"runId": run_id, "resume": False},
+                                  source=source or priority, run_id=run_id, session=s)
+            return run_id
+
+        if session is not None:
+            return write(session)
+        with self.host.db.session() as s:
+            run_id = write(s)
+        self.host.tasks.wake()
         return run_id
+
+    def run_task(self, task, ctx):
+        """The body of an ``agent_run`` task: the whole run, in this greenlet (or RQ worker)."""
+        from core.tasks import TaskCancelled, TaskFailed
+
+        run_id = task["payload"]["runId"]
+        self.engine.execute(run_id, resume=bool(task["payload"].get("resume")))
+        run = self.store.load(run_id)
+        output = {"runId": run_id, "status": run.status}
+        if run.status == "failed":
+            raise TaskFailed(run.error or "the run failed", output)
+        if run.status == "cancelled":
+            raise TaskCancelled(output)
+        return output
+
+    def cancel_task(self, task):
+        self.engine.cancel(task["runId"])
 
     def check_plan(self, plan, config, prefix=""):
         """Validate an AgentPlan against the live catalog and ``config.maxSteps``; 400 otherwise."""
@@ -72,15 +105,13 @@ class AgentService:
         run = self.store.load(run_id, owner)  # owner None: the host itself (a parent run)
         if run.status not in ACTIVE:
             raise ApiError(409, "run_not_active", f"The run is already {run.status}.")
+        task = self.host.tasks.for_run(run_id) if run.status == "queued" else None
+        if task is not None and task["state"] == "queued":  # still queued: take its task out of the queue
+            result = self.host.tasks.cancel(task["taskId"], run.owner)
+            if result["state"] == "cancelled":
+                self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
+                return {"ok": True, "cancelled": True, "status": "cancelled"}
         cancelled = self.engine.cancel(run_id)
-        if not cancelled:  # still queued: take its task out of the queue
-            task = self.host.tasks.for_run(run_id)
-            if task is not None and task["state"] == "queued":
-                result = self.host.tasks.cancel(task["taskId"], run.owner)
-                if result["state"] == "cancelled":
-                    self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
-                    return {"ok": True, "cancelled": True, "status": "cancelled"}
-            cancelled = self.engine.cancel(run_id)  # it started meanwhile
         return {"ok": True, "cancelled": cancelled, "status": "cancelling" if cancelled else run.status}
 
     def resume(self, run_id, owner=OWNER):

@@ -61,7 +61,6 @@ class RunStore:
         else:
             with self.db.session() as s:
                 s.add(row)
-        self._seq[run_id] = 0
         return run_id
 
     def load(self, run_id, owner=None):
@@ -105,6 +104,8 @@ class RunStore:
         Returns False when another request resumed it first.
         """
         with self._lock(run_id):
+            # Another process (a task worker) may have written events since this one cached a seq.
+            self._seq.pop(run_id, None)
             with self.db.session() as s:
                 previous = s.execute(select(Run.status).where(Run.id == run_id)).scalar()
                 claimed = s.execute(update(Run).where(Run.id == run_id, Run.owner == owner,
