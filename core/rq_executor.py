@@ -42,6 +42,14 @@ class RQExecutor:
                            headers={"Retry-After": "1"}) from None
         self._healthy_until = now + 1.0
 
+    def lost(self, task_ids):
+        """Of these claimed task ids, the ones whose job Redis no longer has (Redis restarted empty)."""
+        from rq.job import Job
+        try:
+            return [t for t in task_ids if not Job.exists(t, connection=self.redis)]
+        except Exception:
+            return []  # Redis is away: nothing to conclude yet
+
     def submit(self, task):
         """Enqueue a claimed task; False when Redis is away (the task goes back to the queue)."""
         try:

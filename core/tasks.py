@@ -406,9 +406,23 @@ class TaskQueue:
                     elif not self.executor.submit(task):
                         self._unclaim(task["taskId"])  # nothing accepted is lost: it waits for the executor
                         break
+                if self.executor is not None:
+                    self._requeue_lost()
             except Exception:
                 log.exception("dispatcher error")
             self._wake.wait(timeout=self.poll_seconds)
+
+    def _requeue_lost(self):
+        """Tasks handed to Redis whose jobs vanished with it go back to the queue: nothing accepted is lost."""
+        with self.host.db.session() as s:
+            ids = s.execute(select(Task.id).where(Task.state == "running", Task.executor == self.executor.name)
+                            ).scalars().all()
+        lost = self.executor.lost(ids) if ids else []
+        for task_id in lost:
+            log.warning("task %s was lost by the executor; queued again", task_id)
+            self._unclaim(task_id)
+        if lost:
+            self._wake.set()
 
     def _unclaim(self, task_id):
         with self.host.db.session() as s:
