@@ -1,5 +1,5 @@
 """Agent endpoints and the agent stream."""
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, jsonify
 
 from core.auth import ticket_auth
 from core.errors import ApiError
@@ -36,7 +36,7 @@ def batch():
     """Start 1 to 8 independent runs."""
     data = BatchIn().load(request_json())
     service = agent()
-    return BatchOut().dump({"runIds": [service.start_run(goal, data["config"]) for goal in data["goals"]]}), 201
+    return BatchOut().dump({"runIds": service.start_batch(data["goals"], data["config"])}), 201
 
 
 @bp.post("/stream-ticket")

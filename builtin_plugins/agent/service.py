@@ -63,6 +63,16 @@ class AgentService:
         self.host.tasks.wake()
         return run_id
 
+    def start_batch(self, goals, config, owner=OWNER):
+        """1 to 8 independent runs of priority ``batch``, admitted all together or not at all."""
+        if config.get("plan") is not None:
+            self.check_plan(config["plan"], config, prefix="config.plan.")
+        with self.host.db.session() as s:
+            run_ids = [self.start_run(goal, config, owner=owner, priority="batch", source="batch", session=s)
+                       for goal in goals]
+        self.host.tasks.wake()
+        return run_ids
+
     def run_task(self, task, ctx):
         """The body of an ``agent_run`` task: the whole run, in this greenlet (or RQ worker)."""
         from core.tasks import TaskCancelled, TaskFailed

@@ -3,6 +3,7 @@ import json
 import os
 from pathlib import Path
 
+import gevent
 import requests
 
 from core.plans import lookup
@@ -14,25 +15,45 @@ DIR_MAX_ENTRIES = 1000
 
 
 def _granted(path, ctx, write=False):
-    """Resolve ``path`` inside one of the run's file grants, or refuse; never the whole disk."""
+    """Resolve ``path`` inside one of the run's file grants, or refuse; never the whole disk.
+
+    Symlinks are resolved first, so a link inside a grant that points outside it is
+    refused; a writable grant anywhere wins over a read-only one covering the same path.
+    """
     if not isinstance(path, str) or not path or "\x00" in path:
         raise ToolError("path must be a non-empty string")
     target = Path(path).expanduser()
     if not target.is_absolute():
         raise ToolError("path must be absolute")
     resolved = Path(os.path.realpath(target))
+    read_only = False
     for grant in ctx.file_refs or []:
-        root = Path(os.path.realpath(Path(grant["path"]).expanduser()))
+        granted = Path(str(grant.get("path") or "")).expanduser()
+        if not granted.is_absolute():
+            continue
+        root = Path(os.path.realpath(granted))
         if resolved == root or resolved.is_relative_to(root):
             if write and grant.get("access") != "read-write":
-                raise ToolError(f"{path} is granted read-only to this run")
+                read_only = True
+                continue
             return resolved
+    if read_only:
+        raise ToolError(f"{path} is granted read-only to this run")
     raise ToolError(f"{path} is not inside a path granted to this run")
+
+
+def _open(path, flags):
+    # O_NOFOLLOW: a symlink planted at the checked path after the check is not followed.
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise ToolError(f"{path}: {exc.strerror}") from None
 
 
 def http_request(args, ctx):
     method = args.get("method", "GET")
     timeout = args.get("timeoutMs", 15000) / 1000
+    limit = args.get("maxBytes", HTTP_MAX_BYTES)
     body = args.get("body")
     kwargs = {"headers": args.get("headers") or {}, "timeout": timeout, "stream": True,
               "allow_redirects": args.get("followRedirects", True)}
@@ -41,30 +62,37 @@ def http_request(args, ctx):
     elif body is not None:
         kwargs["data"] = str(body).encode("utf-8")
     try:
-        with requests.request(method, args["url"], **kwargs) as resp:
-            chunks, size, truncated = [], 0, False
-            for chunk in resp.iter_content(65536):
-                if ctx.cancelled is not None and ctx.cancelled.is_set():
-                    raise ToolError("cancelled")
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > HTTP_MAX_BYTES:
-                    truncated = True
-                    break
-            raw = b"".join(chunks)[:HTTP_MAX_BYTES]
-            text = raw.decode(resp.encoding or "utf-8", "replace")
-            content = text
-            if "json" in (resp.headers.get("Content-Type") or "") and not truncated:
-                try:
-                    content = json.loads(text)
-                except ValueError:
-                    pass
-            return {"status": resp.status_code, "headers": dict(resp.headers), "body": content,
-                    "truncated": truncated}
-    except requests.Timeout:
+        # requests' timeout bounds each socket wait; this bounds the whole exchange, so a
+        # server dripping one byte at a time cannot hold the step forever.
+        with gevent.Timeout(timeout, _TotalTimeout):
+            with requests.request(method, args["url"], **kwargs) as resp:
+                chunks, size, truncated = [], 0, False
+                for chunk in resp.iter_content(65536):
+                    if ctx.cancelled is not None and ctx.cancelled.is_set():
+                        raise ToolError("cancelled")
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        truncated = True
+                        break
+                raw = b"".join(chunks)[:limit]
+                text = raw.decode(resp.encoding or "utf-8", "replace")
+                content = text
+                if "json" in (resp.headers.get("Content-Type") or "") and not truncated:
+                    try:
+                        content = json.loads(text)
+                    except ValueError:
+                        pass
+                return {"status": resp.status_code, "headers": dict(resp.headers), "body": content,
+                        "truncated": truncated}
+    except (requests.Timeout, _TotalTimeout):
         raise ToolError(f"{method} {args['url']} timed out after {timeout:g} s") from None
     except requests.RequestException as exc:
         raise ToolError(f"{method} {args['url']} failed: {type(exc).__name__}") from None
+
+
+class _TotalTimeout(Exception):
+    pass
 
 
 def read_file(args, ctx):
@@ -72,10 +100,11 @@ def read_file(args, ctx):
     if not path.is_file():
         raise ToolError(f"{args['path']} is not a file")
     limit = args.get("maxBytes", FILE_MAX_BYTES)
-    with open(path, "rb") as fh:
+    with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
         data = fh.read(limit + 1)
+        size = os.fstat(fh.fileno()).st_size
     return {"path": args["path"], "content": data[:limit].decode("utf-8", "replace"),
-            "truncated": len(data) > limit, "size": path.stat().st_size}
+            "truncated": len(data) > limit, "size": size}
 
 
 def write_file(args, ctx):
@@ -85,7 +114,10 @@ def write_file(args, ctx):
         raise ToolError("content is larger than 4 MiB")
     if not path.parent.is_dir():
         raise ToolError("the parent folder does not exist")
-    with open(path, "ab" if args.get("append") else "wb") as fh:
+    if path.is_dir():
+        raise ToolError(f"{args['path']} is a directory")
+    mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if args.get("append") else os.O_TRUNC)
+    with os.fdopen(_open(path, mode), "wb") as fh:
         fh.write(content)
     return {"path": args["path"], "bytesWritten": len(content)}
 
@@ -117,7 +149,6 @@ def wait(args, ctx):
         if ctx.cancelled.wait(ms / 1000):
             raise ToolError("cancelled")
     else:
-        import gevent
         gevent.sleep(ms / 1000)
     return {"waitedMs": ms}
 
@@ -146,7 +177,7 @@ def run_workflow(args, ctx):
 def builtin_tools():
     path = {"type": "string", "minLength": 1, "maxLength": 4096}
     return [
-        Tool("http_request", "Make an HTTP request (1 MiB response cap).", {
+        Tool("http_request", "Make an HTTP request (1 MiB response cap, or maxBytes).", {
             "type": "object", "required": ["url"], "additionalProperties": False,
             "properties": {
                 "url": {"type": "string", "pattern": "^https?://", "maxLength": 8192},
@@ -154,6 +185,7 @@ def builtin_tools():
                 "headers": {"type": "object", "additionalProperties": {"type": "string"}},
                 "body": {"type": ["string", "object", "array", "null"]},
                 "timeoutMs": {"type": "integer", "minimum": 100, "maximum": 120000},
+                "maxBytes": {"type": "integer", "minimum": 1, "maximum": HTTP_MAX_BYTES},
                 "followRedirects": {"type": "boolean"}}}, http_request),
         Tool("read_file", "Read a text file inside a path granted to the run.", {
             "type": "object", "required": ["path"], "additionalProperties": False,

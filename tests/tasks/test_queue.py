@@ -180,3 +180,31 @@ def test_task_endpoints_need_the_token(app):
     client = app.test_client()
     for path in ("/api/agent/tasks", "/api/agent/tasks/capacity", "/api/agent/tasks/x"):
         assert client.get(path).status_code == 401
+
+
+def test_interactive_and_batch_runs_are_tasks_of_their_priority(make_app):
+    app = make_app()
+    client = app.test_client()
+    plan = {"steps": [{"id": "x", "tool": "json_extract", "arguments": {"value": {"a": 1}, "path": "a"}}]}
+    config = {"plan": plan, "planApproval": "auto"}
+    run_id = client.post("/api/agent/run", json={"goal": "one", "config": config}, headers=HEADERS).json["runId"]
+    run_ids = client.post("/api/agent/batch", json={"goals": ["a", "b"], "config": config},
+                          headers=HEADERS).json["runIds"]
+    queue = app.extensions["agenthost"].tasks
+    assert queue.for_run(run_id)["priority"] == "interactive"
+    assert {queue.for_run(r)["priority"] for r in run_ids} == {"batch"}
+
+
+def test_a_batch_is_admitted_whole_or_not_at_all(make_app):
+    app = make_app()
+    host = app.extensions["agenthost"]
+    host.tasks.stop()  # keep everything queued
+    for _ in range(14):
+        host.tasks.admit("local", "batch", "noop", {})
+    plan = {"steps": [{"id": "x", "tool": "json_extract", "arguments": {"value": {"a": 1}, "path": "a"}}]}
+    resp = app.test_client().post("/api/agent/batch", headers=HEADERS, json={
+        "goals": ["a", "b", "c"], "config": {"plan": plan, "planApproval": "auto"}})
+    assert resp.status_code == 429
+    assert resp.json["capacityScope"] == "owner-priority" and resp.json["capacityPriority"] == "batch"
+    assert host.tasks.capacity("local")["batch"]["queued"] == 14  # none of the three got in
+    assert host.service("agent").runs() == []
