@@ -30,6 +30,9 @@ BUILTIN_PLUGINS = (
     "agent",
     "workflows",
     "tasks",
+    "schedules",
+    "webhooks",
+    "mcp",
 )
 
 # Disabling these would leave no way back into a working host.
