@@ -110,5 +110,8 @@ def workflow_deleting(host, workflow_id, session):
 
     Cancel whatever of yours depends on the workflow using ``session`` (so it
     commits or rolls back with the delete) and return counts
-    ``{"schedules": n, "webhookTriggers": m}`` of what you cancelled.
+    ``{"schedules": n, "webhookTriggers": m}`` of what you cancelled (or None).
+    This hook is not isolated: an implementation that raises, or returns anything
+    else, rolls the delete back (500 ``workflow_delete_failed``), because a
+    deleted workflow must never keep live triggers.
     """

@@ -1,8 +1,12 @@
 """Workflow definitions (the editable draft) and their immutable published snapshots."""
 from sqlalchemy import Boolean, ForeignKey, Integer, String, Text
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db import Model, UTCDateTime, utcnow
+
+# MySQL's TEXT holds 64 KiB; plans reach 512 KiB and layouts/graphs 1 MiB.
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql")
 
 
 class Workflow(Model):
@@ -12,10 +16,10 @@ class Workflow(Model):
     owner: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     name: Mapped[str] = mapped_column(String(200), nullable=False)
     description: Mapped[str] = mapped_column(Text, nullable=False, default="")
-    input_schema: Mapped[str] = mapped_column(Text, nullable=False)
-    plan: Mapped[str] = mapped_column(Text, nullable=False)
-    layout: Mapped[str | None] = mapped_column(Text, nullable=True)
-    graph: Mapped[str | None] = mapped_column(Text, nullable=True)
+    input_schema: Mapped[str] = mapped_column(LongText, nullable=False)
+    plan: Mapped[str] = mapped_column(LongText, nullable=False)
+    layout: Mapped[str | None] = mapped_column(LongText, nullable=True)
+    graph: Mapped[str | None] = mapped_column(LongText, nullable=True)
     revision: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     published: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     active_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -31,8 +35,8 @@ class WorkflowRevision(Model):
     revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(String(200), nullable=False)
     description: Mapped[str] = mapped_column(Text, nullable=False)
-    input_schema: Mapped[str] = mapped_column(Text, nullable=False)
-    plan: Mapped[str] = mapped_column(Text, nullable=False)
-    layout: Mapped[str | None] = mapped_column(Text, nullable=True)
-    graph: Mapped[str | None] = mapped_column(Text, nullable=True)
+    input_schema: Mapped[str] = mapped_column(LongText, nullable=False)
+    plan: Mapped[str] = mapped_column(LongText, nullable=False)
+    layout: Mapped[str | None] = mapped_column(LongText, nullable=True)
+    graph: Mapped[str | None] = mapped_column(LongText, nullable=True)
     published_at: Mapped[object] = mapped_column(UTCDateTime, nullable=False, default=utcnow)

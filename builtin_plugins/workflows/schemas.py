@@ -1,12 +1,24 @@
 """Workflow schemas."""
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate
 
-from core.schemas import StrictBoolean, StrictSchema
+from core.schemas import StoredText, StrictBoolean, StrictSchema
+
+MAX_REVISION = 2**31 - 1
+
+
+def _not_blank(value):
+    if not value.strip():
+        raise ValidationError("Must not be blank.")
+
+
+def _revision():
+    return fields.Integer(strict=True, load_default=None, allow_none=True,
+                          validate=validate.Range(min=1, max=MAX_REVISION))
 
 
 class WorkflowIn(StrictSchema):
-    name = fields.String(required=True, validate=validate.Length(1, 200))
-    description = fields.String(load_default="", validate=validate.Length(max=4000))
+    name = StoredText(required=True, validate=[validate.Length(1, 200), _not_blank])
+    description = StoredText(load_default="", validate=validate.Length(max=4000))
     inputSchema = fields.Dict(required=True)
     plan = fields.Dict(required=True)
     layout = fields.Dict(load_default=None, allow_none=True)
@@ -14,19 +26,16 @@ class WorkflowIn(StrictSchema):
 
 
 class WorkflowPut(WorkflowIn):
-    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
-                                      validate=validate.Range(min=1))
+    expectedRevision = _revision()
 
 
 class PublishIn(StrictSchema):
     published = StrictBoolean(required=True)
-    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
-                                      validate=validate.Range(min=1))
+    expectedRevision = _revision()
 
 
 class RestoreIn(StrictSchema):
-    expectedRevision = fields.Integer(strict=True, load_default=None, allow_none=True,
-                                      validate=validate.Range(min=1))
+    expectedRevision = _revision()
 
 
 class RunIn(StrictSchema):

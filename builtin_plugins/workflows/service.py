@@ -3,6 +3,7 @@ import json
 import logging
 import re
 import threading
+import unicodedata
 import uuid
 
 import jsonschema
@@ -89,8 +90,9 @@ def validate_inputs(schema, inputs):
     errors = {}
     try:
         for err in cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(inputs):
-            key = "inputs" + "".join(f".{p}" for p in err.absolute_path)
-            errors.setdefault(key, []).append(err.message[:300])
+            where = "inputs" + "".join(f".{p}" for p in err.absolute_path)
+            for key, message in _per_field(err, where):
+                errors.setdefault(key, []).append(message[:300])
     except jsonschema.exceptions.SchemaError:
         raise _bad_schema("The stored inputSchema cannot be applied.") from None
     except Exception:  # an unresolvable reference: the schema, not the inputs, is at fault
@@ -100,9 +102,25 @@ def validate_inputs(schema, inputs):
                        errors=errors)
 
 
+def _per_field(err, where):
+    """A missing or unexpected property is reported at that property, not at its parent."""
+    if err.validator == "required" and isinstance(err.instance, dict):
+        missing = [p for p in err.validator_value if isinstance(p, str) and p not in err.instance]
+        if missing:
+            return [(f"{where}.{p}", "Missing data for required field.") for p in missing]
+    if err.validator == "additionalProperties" and err.validator_value is False and isinstance(err.instance, dict):
+        known = set((err.schema.get("properties") or {}))
+        patterns = list((err.schema.get("patternProperties") or {}))
+        extra = [p for p in err.instance if p not in known and not any(re.search(x, p) for x in patterns)]
+        if extra:
+            return [(f"{where}.{p}", "Unknown field.") for p in extra]
+    return [(where, err.message)]
+
+
 def tool_name(row_id, name):
     """``workflow_<slug>_<first 8 of the id>``: at most 58 characters, valid for model APIs."""
-    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_").lower()[:40] or "workflow"
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", ascii_name).strip("_-").lower()[:40] or "workflow"
     return f"workflow_{slug}_{row_id[:8]}"
 
 
@@ -166,7 +184,7 @@ class Workflows:
             plans.validate(plan, tools=self.host.tools, input_names=input_names(input_schema))
         except plans.PlanError as exc:
             raise ApiError(400, "invalid_plan", f"The plan is invalid: {exc}",
-                           errors={f"plan.{k}": v for k, v in exc.errors.items()}) from None
+                           errors={k if k == "plan" else f"plan.{k}": v for k, v in exc.errors.items()}) from None
 
     # -- drafts --------------------------------------------------------------------------
 
@@ -231,15 +249,7 @@ class Workflows:
     # -- publishing ----------------------------------------------------------------------
 
     def publish(self, workflow_id, published, expected=None, owner=OWNER):
-        for attempt in range(2):
-            try:
-                result = self._publish(workflow_id, published, expected, owner)
-                break
-            except IntegrityError:
-                # A concurrent publish of the same revision committed the snapshot first
-                # (the insert below sits in a savepoint, but some drivers surface it at commit).
-                if attempt:
-                    raise Conflict("stale_revision", "The workflow changed meanwhile; reload it.") from None
+        result = self._publish(workflow_id, published, expected, owner)
         self._sync_tool(workflow_id)
         return result
 
@@ -368,7 +378,7 @@ class Workflows:
         agent = self.host.service("agent")
         if agent is None:
             raise ToolError("the agent is not running")
-        permission = "auto"
+        permission = "ask"  # no calling run to inherit from: a person approves the gates
         if ctx.run_id is not None:
             permission, depth = self._parent_chain(agent, ctx.run_id, ctx.owner)
             if depth >= MAX_NESTING:
@@ -384,7 +394,7 @@ class Workflows:
         try:
             run = agent.run_detail(run_id, owner)
         except ApiError:
-            return "auto", 0
+            return "ask", 0
         permission = (run.get("config") or {}).get("permissionMode", "ask")
         depth, parent = 0, run.get("parentRunId")
         while parent and depth < MAX_NESTING:
