@@ -18,6 +18,11 @@ DEFAULTS = {
     "notifications.heartbeat-seconds": 25,
     "notifications.retained": 200,
     "sse.queue-size": 1024,
+    "tasks.max-running": 16,
+    "tasks.aging-seconds": 60,
+    "tasks.poll-seconds": 2,
+    "webhooks.queue-full-memo-ms": 50,
+    "webhooks.max-concurrent-admissions": 8,
 }
 
 

@@ -402,7 +402,8 @@ class TaskQueue:
                     if self.executor is None:
                         ctx = TaskContext(task)
                         self.running[task["taskId"]] = ctx
-                        self.pool.spawn(self.execute, ctx)
+                        # Wake once the greenlet has left the pool, so its slot counts as free.
+                        self.pool.spawn(self.execute, ctx).rawlink(lambda _: self._wake.set())
                     elif not self.executor.submit(task):
                         self._unclaim(task["taskId"])  # nothing accepted is lost: it waits for the executor
                         break

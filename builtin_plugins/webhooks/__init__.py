@@ -1,0 +1,1 @@
+"""Webhook triggers: run a published workflow when a caller with the trigger's secret posts to its hook."""
