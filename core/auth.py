@@ -63,7 +63,7 @@ def check_request(host):
     view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
     if view is not None and view_auth(view) != "token":
         return
-    in_url = "token" in request.args
+    in_url = bool(request.query_string) and "token" in request.args  # parse only when present
     if not token_matches(host.config.token, request.headers.get(TOKEN_HEADER)):
         if in_url:
             # Never a credential: say so, so the client stops leaking it into URLs and logs.

@@ -2,6 +2,7 @@
 import json
 import random
 import time
+import weakref
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -47,10 +48,55 @@ def _merge(stored):
     return merged
 
 
+class _Cache:
+    """Stored settings text per owner, for one Database."""
+
+    def __init__(self):
+        self.generation = 0
+        self.text = {}
+        self.body = {}  # owner -> the serialized GET response, built from ``text``
+
+
+# Keyed by the Database object: a mode switch brings a new one, and so an empty cache.
+_caches = weakref.WeakKeyDictionary()
+
+
+def _cache(host):
+    cache = _caches.get(host.db)
+    if cache is None:
+        cache = _caches[host.db] = _Cache()
+    return cache
+
+
 def get(host, owner=OWNER):
-    with host.db.session() as s:
-        row = s.get(SettingsRow, owner)
-        return _merge(_load(row.data) if row else {})
+    cache = _cache(host)
+    text = cache.text.get(owner)
+    if text is None:
+        generation = cache.generation
+        with host.db.session() as s:
+            row = s.get(SettingsRow, owner)
+            text = row.data if row else "{}"
+        # An update that committed while this read ran has bumped the generation:
+        # what was read may be stale, so it is not kept.
+        if cache.generation == generation:
+            cache.text[owner] = text
+    return _merge(_load(text))
+
+
+def get_body(host, render, owner=OWNER):
+    """The settings as response bytes, rendered by ``render(settings)`` once per stored version.
+
+    ``GET /api/settings`` is the shell's hottest read; between updates its answer
+    never changes, so it is served from this cache (dropped by every update).
+    """
+    cache = _cache(host)
+    body = cache.body.get(owner)
+    if body is None:
+        generation = cache.generation
+        body = render(get(host, owner))
+        if cache.generation == generation:
+            cache.body[owner] = body
+    return body
 
 
 def update(host, changes, owner=OWNER):
@@ -93,6 +139,17 @@ def _is_deadlock(exc):
 
 def _locked_update(host, changes, owner):
     """(before, after) merged settings, or None when the owner has no row yet."""
+    try:
+        return _update_row(host, changes, owner)
+    finally:
+        # After the commit or rollback: the next read goes to the database.
+        cache = _cache(host)
+        cache.generation += 1
+        cache.text.pop(owner, None)
+        cache.body.pop(owner, None)
+
+
+def _update_row(host, changes, owner):
     with host.db.session() as s:
         row = s.execute(select(SettingsRow).where(SettingsRow.owner == owner)
                         .with_for_update()).scalar_one_or_none()
