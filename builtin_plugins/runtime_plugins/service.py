@@ -306,7 +306,8 @@ class RuntimePlugins:
     # -- calls ---------------------------------------------------------------------------
 
     def invoke(self, plugin_id, method, params=None, call_id=None):
-        self.get(plugin_id)  # 404 for an unknown plugin
+        if self.supervisor.get(plugin_id) is None:
+            self.get(plugin_id)  # 404 for an unknown plugin; a known but disabled one answers 409 below
         if plugin_id in self.updating:
             raise ApiError(503, "plugin_updating", "The plugin is being updated; try again shortly.",
                            headers={"Retry-After": "1"})

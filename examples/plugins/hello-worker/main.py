@@ -89,6 +89,9 @@ def serve(msg):
         send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(exc)}})
 
 
+WAITS_ON_HOST = {"hello/notify"}
+
+
 def main():
     for line in sys.stdin:
         if not line.strip():
@@ -102,8 +105,11 @@ def main():
             continue
         if "id" not in msg:
             continue  # notifications: initialized, cancelled
-        # Calls run on threads so that host/ requests and pipelined calls do not block the reader.
-        threading.Thread(target=serve, args=(msg,), daemon=True).start()
+        if msg.get("method") in WAITS_ON_HOST:
+            # It asks the host something and waits: on a thread, so the reader keeps reading answers.
+            threading.Thread(target=serve, args=(msg,), daemon=True).start()
+        else:
+            serve(msg)  # quick calls answer at once: no thread start, no GIL hand-off
 
 
 if __name__ == "__main__":
