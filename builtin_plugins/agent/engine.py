@@ -242,9 +242,9 @@ class Engine:
         check_max_steps(plan, run["config"])
         self.store.set_status(run_id, "planning", plan=public_plan(plan))
         text = json.dumps(public_plan(plan))
-        for i in range(0, len(text), 256):
-            self.store.emit(run_id, "plan_token", {"text": text[i:i + 256]})
-        self.store.emit(run_id, "plan_ready", {"plan": public_plan(plan)})
+        # One transaction for the whole draft: tokens then plan_ready, in order.
+        self.store.emit_many(run_id, [("plan_token", {"text": text[i:i + 256]}) for i in range(0, len(text), 256)]
+                             + [("plan_ready", {"plan": public_plan(plan)})])
         needs_review = resume or run["config"].get("planApproval", "required") != "auto"
         if needs_review:
             self.store.set_status(run_id, "awaiting_plan_approval")
@@ -301,8 +301,8 @@ class Engine:
                     all_skipped = bool(deps) and all(state[d] == "skipped" for d in deps)
                     if all_skipped or not plans.condition_holds(step["runWhen"], run["inputs"], outputs):
                         state[i] = "skipped"
-                        self.store.update_step(run_id, i, status="skipped", finished_at=utcnow())
-                        self.store.emit(run_id, "step_skipped", {"index": i, "id": step["id"]})
+                        self.store.emit(run_id, "step_skipped", {"index": i, "id": step["id"]},
+                                        step=(i, {"status": "skipped", "finished_at": utcnow()}))
                         changed = True
 
         try:
@@ -356,20 +356,20 @@ class Engine:
                     raise RunCancelled()
                 attempt += 1
                 started = time.monotonic()
-                self.store.update_step(run_id, index, status="running", attempts=attempt, started_at=utcnow(),
-                                       finished_at=None, error=None)
                 self.store.emit(run_id, "step_start", {"index": index, "id": step["id"], "title": step["title"],
                                                        "tool": step["tool"], "attempt": attempt,
-                                                       "invocationId": invocation_id})
+                                                       "invocationId": invocation_id},
+                                step=(index, {"status": "running", "attempts": attempt, "started_at": utcnow(),
+                                              "finished_at": None, "error": None}))
                 try:
                     result = self._call(active, run, step, outputs, invocation_id)
                 except _StepFailed as exc:
                     error = str(exc)[:MAX_ERROR_CHARS]
                     if exc.retryable and attempt < max_attempts:
-                        self.store.update_step(run_id, index, status="retrying", error=error)
                         self.store.emit(run_id, "step_retry", {"index": index, "nextAttempt": attempt + 1,
                                                                "maxAttempts": max_attempts,
-                                                               "delayMs": retry["delayMs"], "error": error})
+                                                               "delayMs": retry["delayMs"], "error": error},
+                                        step=(index, {"status": "retrying", "error": error}))
                         if retry["delayMs"] and active.halt.wait(retry["delayMs"] / 1000):
                             raise RunCancelled() from None
                         continue
@@ -379,13 +379,14 @@ class Engine:
                     self._halt(active)  # the run fails: stop the steps still running
                     return
                 shown, truncated = display(result)
-                self.store.update_step(run_id, index, status="complete", result=json.dumps(result),
-                                       result_truncated=truncated, finished_at=utcnow())
-                outputs[step["id"]] = result
-                state[index] = "complete"
+                # The result row and its event commit together, before anyone hears of either.
                 self.store.emit(run_id, "step_complete", {
                     "index": index, "id": step["id"], "result": shown, "resultTruncated": truncated,
-                    "attempts": attempt, "durationMs": int((time.monotonic() - started) * 1000)})
+                    "attempts": attempt, "durationMs": int((time.monotonic() - started) * 1000)},
+                    step=(index, {"status": "complete", "result": json.dumps(result),
+                                  "result_truncated": truncated, "finished_at": utcnow()}))
+                outputs[step["id"]] = result
+                state[index] = "complete"
                 return
         except RunCancelled:
             state[index] = "cancelled"

@@ -171,17 +171,31 @@ class RunStore:
 
     # -- events --------------------------------------------------------------------------
 
-    def emit(self, run_id, event, data, *, streamed=True):
-        """Commit the event, then publish it; returns its sequence number."""
+    def emit(self, run_id, event, data, *, streamed=True, step=None):
+        """Commit the event (with the step row change ``step=(index, values)`` in the same
+        transaction), then publish it; returns its sequence number."""
+        return self.emit_many(run_id, [(event, data)], streamed=streamed, step=step)[-1]
+
+    def emit_many(self, run_id, events, *, streamed=True, step=None):
+        """Several events in one transaction (a plan's tokens), published in order after it."""
         with self._lock(run_id):
             with self.db.session() as s:
+                if step is not None:
+                    index, values = step
+                    s.execute(update(StepExecution).where(StepExecution.run_id == run_id,
+                                                          StepExecution.index == index).values(**values))
                 seq = self._next_seq(s, run_id)
-                s.add(RunEvent(run_id=run_id, seq=seq, type=event, data=json.dumps(data), streamed=streamed,
-                               created_at=utcnow()))
-            self._seq[run_id] = seq
+                first = seq
+                now = utcnow()
+                for offset, (event, data) in enumerate(events):
+                    s.add(RunEvent(run_id=run_id, seq=first + offset, type=event, data=json.dumps(data),
+                                   streamed=streamed, created_at=now))
+                last = first + len(events) - 1
+            self._seq[run_id] = last
             if streamed:
-                self.host.events.publish_item(channel(run_id), (event, data, seq))
-            return seq
+                for offset, (event, data) in enumerate(events):
+                    self.host.events.publish_item(channel(run_id), (event, data, first + offset))
+            return list(range(first, last + 1))
 
     def events(self, run_id, streamed_only=False, since_resume=False):
         """Ordered audit events; ``since_resume``: only those after the last ``resumed`` marker."""
