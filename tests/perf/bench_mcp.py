@@ -5,15 +5,33 @@ server is the tests' FastMCP fixture (``tests/mcp/servers/fixture_server.py``), 
 STDIO (the host and the direct client each spawn their own) and over streamable HTTP
 (one server on a loopback port that both use). The direct client is a plain asyncio
 program (this script with ``--direct``) holding one SDK ``ClientSession``; the host is
-called with ``POST /api/mcp/servers/{id}/call`` on a keep-alive connection. Rounds
-alternate between the two so that background load hits both alike.
+called with ``POST /api/mcp/servers/{id}/call`` on a keep-alive connection. Blocks of
+calls alternate between the paths so that background load hits them alike.
 
 * Added latency: p50 of ``echo`` through the host minus p50 of ``echo`` direct. Target < 1 ms.
-* Concurrency: calls/s of ``sleep(0.02)`` (and of ``echo``) with 32 concurrent callers
+  A third path, the direct program with the host's session class (which keeps one
+  compiled validator per output schema, where the SDK re-checks the schema on every
+  call), isolates what the REST hop and the bridge cost.
+* CPU per call of each process, from ``/proc/<pid>/stat`` (waiting for a core not counted).
+* Concurrency: calls/s of ``sleep(0.1)`` (and of ``echo``) with 32 concurrent callers
   against 1. Serialised callers would gain nothing; the target is at least 8x for sleep.
 
     python tests/perf/bench_mcp.py [--blocks 20] [--block-calls 30] [--concurrent-calls 640]
+    python tests/perf/bench_mcp.py --compare-loops [--rounds 5]
+
+``--compare-loops`` measures the two places the asyncio loop could live (issue 6: its
+own OS thread, which the host uses; DESIGN 3: a greenlet of the main thread driving
+the loop through gevent's selector) in one gevent-patched process against the same
+STDIO server: empty round trip, echo p50, 32 concurrent callers of a 100 ms tool, and
+the largest stall of a 1 ms ticker greenlet while 32 callers run.
 """
+import sys
+
+if "--compare-loops-child" in sys.argv:  # that mode runs patched, like the host
+    from gevent import monkey
+
+    monkey.patch_all()
+
 import argparse
 import asyncio
 import http.client
@@ -21,7 +39,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,9 +55,16 @@ CALLERS = 32
 
 # -- the direct client: a plain asyncio program -------------------------------------------------
 
-async def direct_main(transport, url):
-    """Serve commands from stdin: ``seq TOOL N`` and ``conc TOOL CALLERS TOTAL``; answer JSON lines."""
-    from mcp import ClientSession
+async def direct_main(transport, url, kept):
+    """Serve commands from stdin: ``seq TOOL N`` and ``conc TOOL CALLERS TOTAL``; answer JSON lines.
+
+    ``kept``: use the host's session class (the SDK's, keeping one compiled validator per
+    output schema), so that the difference to the host is its REST hop and bridge alone.
+    """
+    if kept:
+        from builtin_plugins.mcp.sessions import _Session as ClientSession
+    else:
+        from mcp import ClientSession
 
     async with open_transport(transport, url) as (read, write):
         async with ClientSession(read, write) as session:
@@ -107,10 +131,11 @@ def _arguments(tool):
 class Direct:
     """The direct asyncio client as a child process, driven one command at a time."""
 
-    def __init__(self, transport, url=None):
-        argv = [sys.executable, __file__, "--direct", transport] + ([url] if url else [])
+    def __init__(self, transport, url=None, kept=False):
+        argv = [sys.executable, __file__, "--direct", transport, url or "-", "kept" if kept else "sdk"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                      cwd=c.REPO, env=c._env())
+        self.pid = self.proc.pid
         assert json.loads(self.proc.stdout.readline())["ready"]
 
     def ask(self, *words):
@@ -215,25 +240,137 @@ def start_http_fixture():
     return proc, f"http://{c.LOOPBACK}:{port}/mcp"
 
 
+# -- where the loop lives ---------------------------------------------------------------------
+
+def compare_loops(rounds):
+    """Child mode (gevent-patched): the host's OS-thread bridge against a greenlet-driven loop."""
+    import statistics
+
+    import gevent
+    from gevent.event import AsyncResult
+
+    from core.asyncio_bridge import async_imports, bridge
+
+    with async_imports():
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+    greenlet_loop = asyncio.new_event_loop()  # gevent's selector: the loop idles in the hub
+    gevent.spawn(greenlet_loop.run_forever)
+
+    def greenlet_run(coro):
+        result = AsyncResult()
+
+        def start():
+            task = greenlet_loop.create_task(coro)
+            task.add_done_callback(lambda t: result.set_exception(t.exception()) if t.exception()
+                                   else result.set(t.result()))
+        greenlet_loop.call_soon_threadsafe(start)
+        return result.get()
+
+    def open_session(run):
+        box = {}
+
+        async def opener():
+            box["ready"] = asyncio.get_running_loop().create_future()
+
+            async def actor():
+                params = StdioServerParameters(command=sys.executable, args=[FIXTURE, "--transport", "stdio"])
+                async with stdio_client(params) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        box["session"] = session
+                        box["ready"].set_result(True)
+                        await asyncio.Event().wait()
+            box["task"] = asyncio.ensure_future(actor())
+            await box["ready"]
+        run(opener())
+        return box["session"]
+
+    models = {"OS thread (host)": bridge().run, "greenlet loop": greenlet_run}
+    sessions = {name: open_session(run) for name, run in models.items()}
+
+    async def empty():
+        return None
+
+    def p50_ms(fn, n):
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples) * 1000
+
+    figures = {name: {"rtt": [], "echo": []} for name in models}
+    for _ in range(rounds):
+        for name, run in models.items():
+            session = sessions[name]
+            figures[name]["rtt"].append(p50_ms(lambda: run(empty()), 500))
+            figures[name]["echo"].append(p50_ms(lambda: run(session.call_tool("echo", {"text": "x"})), 200))
+    for name, run in models.items():
+        session = sessions[name]
+        t0 = time.perf_counter()
+        callers = [gevent.spawn(lambda: [run(session.call_tool("sleep", {"seconds": 0.1})) for _ in range(5)])
+                   for _ in range(CALLERS)]
+        gevent.joinall(callers)
+        figures[name]["sleep"] = CALLERS * 5 / (time.perf_counter() - t0)
+        gaps, stop = [], []
+
+        def ticker():
+            last = time.perf_counter()
+            while not stop:
+                gevent.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+        tick = gevent.spawn(ticker)
+        callers = [gevent.spawn(lambda: [run(session.call_tool("echo", {"text": "x"})) for _ in range(20)])
+                   for _ in range(CALLERS)]
+        gevent.joinall(callers)
+        stop.append(True)
+        tick.join()
+        figures[name]["stall"] = max(gaps) * 1000
+    print(json.dumps(figures), flush=True)
+    import os
+    os._exit(0)  # the sessions' child processes die with their pipes
+
+
+def print_loop_comparison(rounds):
+    print("machine:", c.machine())
+    out = subprocess.run([sys.executable, __file__, "--compare-loops-child", "--rounds", str(rounds)],
+                         capture_output=True, text=True, cwd=c.REPO, env=c._env(), timeout=600)
+    line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if not line.startswith("{"):
+        raise SystemExit("comparison failed:\n" + out.stdout + out.stderr)
+    figures = json.loads(line)
+    print(f"\nWhere the asyncio loop lives, {rounds} rounds (per-round p50s), same STDIO server")
+    c.table(["loop", "empty round trip ms", "echo p50 ms", f"sleep(0.1) x{CALLERS} calls/s",
+             "largest 1 ms-ticker stall ms"],
+            [[name, " ".join(f"{x:.3f}" for x in f["rtt"]), " ".join(f"{x:.2f}" for x in f["echo"]),
+              f["sleep"], f["stall"]] for name, f in figures.items()])
+
+
 # -- the run ------------------------------------------------------------------------------------
 
-def measure(label, host, direct, args):
-    for _ in range(2):  # warm both paths (imports, pools, caches)
-        host.sequential("echo", 50)
-        direct.sequential("echo", 50)
-    ours, theirs, diffs = [], [], []
-    # Each process idles while the other path runs, so its CPU time over all blocks is its
+def measure(label, host, direct, kept, args):
+    paths = {"host": host, "direct": direct, "kept": kept}
+    for _ in range(2):  # warm every path (imports, pools, caches)
+        for path in paths.values():
+            path.sequential("echo", 50)
+    samples = {name: [] for name in paths}
+    diffs = {"direct": [], "kept": []}
+    # Each process idles while the other paths run, so its CPU time over all blocks is its
     # cost for its own calls (read once: /proc counts in 10 ms ticks).
-    start = {"host": c.cpu_seconds(host.pid), "direct": c.cpu_seconds(direct.proc.pid)}
-    # Short alternating blocks: load that comes and goes hits both paths alike.
+    start = {name: c.cpu_seconds(path.pid) for name, path in paths.items()}
+    # Short alternating blocks: load that comes and goes hits every path alike.
     for _ in range(args.blocks):
-        a = host.sequential("echo", args.block_calls)
-        b = direct.sequential("echo", args.block_calls)
-        ours += a
-        theirs += b
-        diffs.append(c.median(a) - c.median(b))
-    cpu = {"host": c.cpu_seconds(host.pid) - start["host"],
-           "direct": c.cpu_seconds(direct.proc.pid) - start["direct"]}
+        block = {name: path.sequential("echo", args.block_calls) for name, path in paths.items()}
+        for name in paths:
+            samples[name] += block[name]
+        for name in diffs:
+            diffs[name].append(c.median(block["host"]) - c.median(block[name]))
+    calls = len(samples["host"])
+    cpu = {name: (c.cpu_seconds(path.pid) - start[name]) / calls * 1e6 for name, path in paths.items()}
     throughput = {}
     for tool, total in (("sleep", CALLERS * 5), ("echo", args.concurrent_calls)):
         for callers in (1, CALLERS):
@@ -241,12 +378,9 @@ def measure(label, host, direct, args):
             throughput[("host", tool, callers)] = host.concurrent(tool, callers, n)
             throughput[("direct", tool, callers)] = direct.concurrent(tool, callers, n)
     return {
-        "label": label,
-        "host": ours, "direct": theirs,
-        "added_p50_ms": (c.median(ours) - c.median(theirs)) * 1000,
-        "block_diff_ms": c.median(diffs) * 1000,
-        "cpu_us": {path: cpu[path] / len(ours) * 1e6 for path in cpu},
-        "throughput": throughput,
+        "label": label, "samples": samples, "cpu_us": cpu, "throughput": throughput,
+        "added_ms": {name: (c.median(samples["host"]) - c.median(samples[name])) * 1000 for name in diffs},
+        "block_diff_ms": {name: c.median(d) * 1000 for name, d in diffs.items()},
     }
 
 
@@ -255,10 +389,20 @@ def main():
     parser.add_argument("--blocks", type=int, default=20, help="alternating blocks per path")
     parser.add_argument("--block-calls", type=int, default=30, help="sequential calls per block")
     parser.add_argument("--concurrent-calls", type=int, default=640, help="calls per concurrency run (echo)")
+    parser.add_argument("--compare-loops", action="store_true", help="compare the two places the loop could live")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --compare-loops")
     parser.add_argument("--direct", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--compare-loops-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.compare_loops_child:
+        compare_loops(args.rounds)
+        return
+    if args.compare_loops:
+        print_loop_comparison(args.rounds)
+        return
     if args.direct:
-        asyncio.run(direct_main(args.direct[0], args.direct[1] if len(args.direct) > 1 else None))
+        transport, url, mode = args.direct
+        asyncio.run(direct_main(transport, None if url == "-" else url, mode == "kept"))
         return
 
     print("machine:", c.machine())
@@ -274,34 +418,38 @@ def main():
                 status, created = post_json(server.port, "/api/mcp/servers", definition)
                 if status != 201 or created["state"] != "connected":
                     raise SystemExit(f"could not add the {transport} server: {created}")
-                direct = Direct("stdio" if transport == "STDIO" else "http", None if transport == "STDIO" else url)
+                kind, where = ("stdio", None) if transport == "STDIO" else ("http", url)
+                direct, kept = Direct(kind, where), Direct(kind, where, kept=True)
                 try:
-                    results.append(measure(transport, Host(server.port, server.pid, created["id"]), direct, args))
+                    results.append(measure(transport, Host(server.port, server.pid, created["id"]), direct, kept,
+                                           args))
                 finally:
                     direct.close()
+                    kept.close()
     finally:
         http_proc.kill()
         http_proc.wait()
         shutil.rmtree(data_dir, ignore_errors=True)
 
+    names = {"host": "POST .../call", "direct": "SDK direct", "kept": "SDK direct, validator kept"}
     print(f"\nLatency of one trivial call (echo), {args.blocks} alternating blocks x {args.block_calls} calls per path")
     rows = []
     for r in results:
-        for path in ("host", "direct"):
-            s = r[path]
-            rows.append([r["label"], "POST .../call" if path == "host" else "SDK direct", len(s),
-                         c.percentile(s, 50) * 1000, c.percentile(s, 90) * 1000, c.percentile(s, 99) * 1000])
+        for name, title in names.items():
+            s = r["samples"][name]
+            rows.append([r["label"], title, len(s), c.percentile(s, 50) * 1000, c.percentile(s, 90) * 1000,
+                         c.percentile(s, 99) * 1000])
     c.table(["transport", "path", "calls", "p50 ms", "p90 ms", "p99 ms"], rows)
 
     print("\nAdded latency of the host at p50 (host p50 - direct p50; and the median of the blocks' differences)")
-    c.table(["transport", "added p50 ms", "median block diff ms", "target", "verdict"],
-            [[r["label"], r["added_p50_ms"], r["block_diff_ms"], f"< {TARGET_ADDED_MS:g}",
-              c.verdict(r["added_p50_ms"] < TARGET_ADDED_MS)] for r in results])
+    c.table(["transport", "against", "added p50 ms", "median block diff ms", "target", "verdict"],
+            [[r["label"], names[name], r["added_ms"][name], r["block_diff_ms"][name], f"< {TARGET_ADDED_MS:g}",
+              c.verdict(r["added_ms"][name] < TARGET_ADDED_MS)] for r in results for name in ("direct", "kept")])
 
     print("\nCPU time per call (utime+stime from /proc; waiting for a core is not counted)")
-    c.table(["transport", "host process µs/call", "direct client µs/call", "added µs/call"],
-            [[r["label"], r["cpu_us"]["host"], r["cpu_us"]["direct"], r["cpu_us"]["host"] - r["cpu_us"]["direct"]]
-             for r in results])
+    c.table(["transport", "host process µs", "SDK direct µs", "validator kept µs", "host - kept µs"],
+            [[r["label"], r["cpu_us"]["host"], r["cpu_us"]["direct"], r["cpu_us"]["kept"],
+              r["cpu_us"]["host"] - r["cpu_us"]["kept"]] for r in results])
 
     print(f"\nThroughput, 1 caller vs {CALLERS} concurrent callers (sleep = a tool that awaits {SLEEP * 1000:g} ms)")
     rows = []

@@ -1,0 +1,1 @@
+"""MCP server connections: definitions, live sessions over STDIO, SSE and streamable HTTP, and their tools."""
