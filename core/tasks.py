@@ -136,6 +136,7 @@ class TaskQueue:
         self._wake = Event()
         self._loop = None
         self._control = None
+        self._stopping = False
         self.executor = None  # None: the embedded greenlet pool; else an RQExecutor
         redis_url = host.config.get("service.redis-url")
         if redis_url:
@@ -345,6 +346,7 @@ class TaskQueue:
 
     def start(self):
         """Host role: fail unfinished tasks (not replayed), then dispatch. Both roles: obey cancels."""
+        self._stopping = False
         self._control = gevent.spawn(self._control_loop)
         if self.host.role != "host":
             return
@@ -355,8 +357,14 @@ class TaskQueue:
         self._loop = gevent.spawn(self._dispatch_loop)
 
     def stop(self):
-        for greenlet in (self._loop, getattr(self, "_control", None)):
-            if greenlet is not None:
+        # Let the dispatcher finish what it is doing (it may be inside a database call:
+        # killing it there would abandon a connection mid-read), then stop it.
+        self._stopping = True
+        self._wake.set()
+        if self._loop is not None:
+            self._loop.join(timeout=5)
+        for greenlet in (self._loop, self._control):
+            if greenlet is not None and not greenlet.dead:
                 greenlet.kill(block=True, timeout=2)
         self._loop = self._control = None
         for ctx in list(self.running.values()):
@@ -392,10 +400,10 @@ class TaskQueue:
         return max(0, self.limits.running - running)
 
     def _dispatch_loop(self):
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
-                while self._free_slots() > 0:
+                while not self._stopping and self._free_slots() > 0:
                     task = self._claim_next()
                     if task is None:
                         break
