@@ -9,7 +9,7 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 from gevent.queue import Empty
-from sqlalchemy import Integer, String, Text, func, select, update
+from sqlalchemy import Boolean, Integer, String, Text, func, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .db import Model, UTCDateTime, isoformat, utcnow
@@ -41,6 +41,7 @@ class Task(Model):
     output: Mapped[str | None] = mapped_column(Text, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
 class TaskLock(Model):
@@ -329,7 +330,11 @@ class TaskQueue:
             self.host.events.publish(f"task:{task_id}", "task", view)
             return {"taskId": task_id, "cancelled": True, "state": "cancelled"}
         if not self._cancel_local(task_id):
-            self.host.events.publish(CONTROL, "cancel", {"taskId": task_id})  # a worker runs it
+            # Another process has it (an RQ worker), perhaps not started yet: leave the request
+            # on the row, where the worker looks before it starts, and tell it if it runs.
+            with self.host.db.session() as s:
+                s.execute(update(Task).where(Task.id == task_id).values(cancel_requested=True))
+            self.host.events.publish(CONTROL, "cancel", {"taskId": task_id})
         return {"taskId": task_id, "cancelled": True, "state": "cancelling"}
 
     def _cancel_local(self, task_id):
@@ -469,8 +474,11 @@ class TaskQueue:
                 return  # cancelled or failed while it waited in Redis
             task = task_view(row)
         ctx = TaskContext(task)
-        self.running[task_id] = ctx
-        self.execute(ctx)
+        self.running[task_id] = ctx  # first: a cancel from now on finds it here ...
+        with self.host.db.session() as s:  # ... and one from before is on the row
+            if s.get(Task, task_id).cancel_requested:
+                ctx.cancelled.set()
+        self.execute(ctx)  # a body started with ctx.cancelled set ends at once
 
     def execute(self, ctx):
         """Run one task body and record its end: the one task body both executors share."""
@@ -492,6 +500,9 @@ class TaskQueue:
             state, error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         finally:
             self.running.pop(task["taskId"], None)
+        self._record_end(task, state, output, error)
+
+    def _record_end(self, task, state, output, error):
         with self.host.db.session() as s:
             s.execute(update(Task).where(Task.id == task["taskId"])
                       .values(state=state, finished_at=utcnow(), error=error,

@@ -78,6 +78,9 @@ class AgentService:
         from core.tasks import TaskCancelled, TaskFailed
 
         run_id = task["payload"]["runId"]
+        if ctx.cancelled.is_set():  # cancelled while it waited for an executor
+            self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
+            raise TaskCancelled({"runId": run_id, "status": "cancelled"})
         self.engine.execute(run_id, resume=bool(task["payload"].get("resume")))
         run = self.store.load(run_id)
         output = {"runId": run_id, "status": run.status}
