@@ -187,6 +187,21 @@ class Host:
         logging.getLogger("agenthost").setLevel(LOG_LEVELS.get(name, logging.INFO))
 
     @property
+    def instance_id(self):
+        """A stable identity of this host: kept in its data directory, so it survives restarts."""
+        if getattr(self, "_instance_id", None) is None:
+            import uuid
+            path = Path(self.data_dir) / "host-id"
+            try:
+                self._instance_id = path.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                self._instance_id = None
+            if self._instance_id is None:
+                self._instance_id = str(uuid.uuid4())
+                path.write_text(self._instance_id + "\n", encoding="utf-8")
+        return self._instance_id
+
+    @property
     def role(self):
         """``host`` (serves the API, dispatches tasks) or ``worker`` (``core worker``: runs task bodies)."""
         return self.config.get("service.role", "host")

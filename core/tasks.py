@@ -42,6 +42,8 @@ class Task(Model):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    admitted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class TaskLock(Model):
@@ -194,7 +196,8 @@ class TaskQueue:
         if priority != "interactive" and my_non_interactive >= L.owner_non_interactive:
             raise CapacityError("owner-priority", priority)
         row = Task(id=str(uuid.uuid4()), owner=owner, priority=priority, state="queued", kind=kind,
-                   payload=json.dumps(payload), source=source, run_id=run_id, queued_at=utcnow())
+                   payload=json.dumps(payload), source=source, run_id=run_id, queued_at=utcnow(),
+                   admitted_by=self.host.instance_id)
         s.add(row)
         s.flush()
         return task_view(row)
@@ -355,8 +358,13 @@ class TaskQueue:
         self._control = gevent.spawn(self._control_loop)
         if self.host.role != "host":
             return
+        # This host's own unfinished tasks (admitted or claimed by it, in its data directory's
+        # identity): another host sharing the database keeps its live ones.
+        me = self.host.instance_id
         with self.host.db.session() as s:
-            s.execute(update(Task).where(Task.state.in_(("queued", "running")))
+            s.execute(update(Task).where(Task.state.in_(("queued", "running")),
+                                         (Task.admitted_by == me) | (Task.claimed_by == me)
+                                         | (Task.admitted_by.is_(None)))
                       .values(state="failed", finished_at=utcnow(),
                               error="the host restarted before the task finished"))
         self._loop = gevent.spawn(self._dispatch_loop)
@@ -461,7 +469,8 @@ class TaskQueue:
                 if task_id is None:
                     continue
                 claimed = s.execute(update(Task).where(Task.id == task_id, Task.state == "queued")
-                                    .values(state="running", started_at=utcnow(), executor=executor)).rowcount
+                                    .values(state="running", started_at=utcnow(), executor=executor,
+                                            claimed_by=self.host.instance_id)).rowcount
                 if claimed == 1:
                     return task_view(s.get(Task, task_id))
         return None

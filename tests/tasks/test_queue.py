@@ -208,3 +208,25 @@ def test_a_batch_is_admitted_whole_or_not_at_all(make_app):
     assert resp.json["capacityScope"] == "owner-priority" and resp.json["capacityPriority"] == "batch"
     assert host.tasks.capacity("local")["batch"]["queued"] == 14  # none of the three got in
     assert host.service("agent").runs() == []
+
+
+def test_a_host_starting_on_a_shared_database_fails_only_its_own_unfinished_tasks(make_app, tmp_path,
+                                                                                  fresh_datasource):
+    """Two hosts (two data directories) on one PostgreSQL database: a restart sweeps its own tasks only."""
+    datasource = fresh_datasource("postgresql")
+    first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first = make_app(plugins=[Kinds()], data_dir=first_dir, datasource=datasource).extensions["agenthost"]
+    first.tasks.stop()
+    mine = first.tasks.admit("local", "normal", "echo", {})
+    from sqlalchemy import update
+
+    from core.tasks import Task
+    with first.db.session() as s:  # as if the first host's dispatcher had started it
+        s.execute(update(Task).where(Task.id == mine["taskId"])
+                  .values(state="running", claimed_by=first.instance_id))
+    make_app(plugins=[Kinds()], data_dir=second_dir, datasource=datasource)  # the other host starts
+    assert first.tasks.get(mine["taskId"], "local")["state"] == "running"
+    again = make_app(plugins=[Kinds()], data_dir=first_dir, datasource=datasource)  # the first restarts
+    assert again.extensions["agenthost"].tasks.get(mine["taskId"], "local")["state"] == "failed"
