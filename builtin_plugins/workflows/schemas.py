@@ -43,8 +43,9 @@ class RunIn(StrictSchema):
     config = fields.Dict(load_default=dict)
 
 
-class WorkflowOut(Schema):
-    id = fields.String()
+class DefinitionOut(Schema):
+    """The definition fields a draft and a published snapshot share."""
+
     name = fields.String()
     description = fields.String()
     inputSchema = fields.Dict()
@@ -52,6 +53,10 @@ class WorkflowOut(Schema):
     layout = fields.Dict(allow_none=True)
     graph = fields.Dict(allow_none=True)
     revision = fields.Integer()
+
+
+class WorkflowOut(DefinitionOut):
+    id = fields.String()
     published = fields.Boolean()
     activeRevision = fields.Integer(allow_none=True)
     toolName = fields.String(allow_none=True)
@@ -66,15 +71,8 @@ class RevisionSummary(Schema):
     active = fields.Boolean()
 
 
-class RevisionOut(Schema):
+class RevisionOut(DefinitionOut):
     workflowId = fields.String()
-    revision = fields.Integer()
-    name = fields.String()
-    description = fields.String()
-    inputSchema = fields.Dict()
-    plan = fields.Dict()
-    layout = fields.Dict(allow_none=True)
-    graph = fields.Dict(allow_none=True)
     publishedAt = fields.String()
     active = fields.Boolean()
 
