@@ -5,31 +5,9 @@ import pytest
 
 from tests.conftest import HEADERS
 from tests.core.problems import assert_problem
-from tests.core.shared_app import module_app
-from tests.workflows.support import GRAPH, INPUT_SCHEMA, LAYOUT, PLAN, FlowTools, body, create, get
+from tests.workflows.support import GRAPH, INPUT_SCHEMA, LAYOUT, PLAN, body, create, get
 
 MISSING = "00000000-0000-4000-8000-000000000000"
-
-
-@pytest.fixture(scope="module")
-def shared_app(tmp_path_factory):
-    yield from module_app(tmp_path_factory, plugins=[FlowTools()])
-
-
-@pytest.fixture
-def client(shared_app):
-    """One app for the module: each test reads and writes workflows of its own."""
-    return shared_app.test_client()
-
-
-@pytest.fixture
-def unchanged(client):
-    """A fresh workflow, then a check after the test that no definition changed."""
-    wf = create(client)
-    before = client.get("/api/workflows", headers=HEADERS).json
-    yield wf
-    assert client.get("/api/workflows", headers=HEADERS).json == before
-    client.delete(f"/api/workflows/{wf['id']}", headers=HEADERS)  # keeps the client list short
 
 
 def test_create_answers_the_draft_at_revision_one(client):

@@ -3,19 +3,7 @@ import pytest
 
 from tests.conftest import HEADERS
 from tests.core.problems import assert_problem
-from tests.core.shared_app import module_app
 from tests.workflows.support import INPUT_SCHEMA, FlowTools, body, create, get, tools_of
-
-
-@pytest.fixture(scope="module")
-def shared_app(tmp_path_factory):
-    yield from module_app(tmp_path_factory, plugins=[FlowTools()])
-
-
-@pytest.fixture
-def client(shared_app):
-    """One app for the module: every test works on workflows of its own."""
-    return shared_app.test_client()
 
 
 def own_tools(client, wid):

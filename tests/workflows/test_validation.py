@@ -3,28 +3,13 @@ import pytest
 
 from tests.conftest import HEADERS
 from tests.core.problems import assert_problem
-from tests.core.shared_app import module_app
-from tests.workflows.support import INPUT_SCHEMA, FlowTools, body, create, get
-
-
-@pytest.fixture(scope="module")
-def shared_app(tmp_path_factory):
-    yield from module_app(tmp_path_factory, plugins=[FlowTools()])
+from tests.workflows.support import INPUT_SCHEMA, body, get
 
 
 @pytest.fixture
-def client(shared_app):
-    return shared_app.test_client()
-
-
-@pytest.fixture
-def wf(client):
+def wf(unchanged):
     """A workflow that every refused write must leave exactly as it was."""
-    created = create(client)
-    before = client.get("/api/workflows", headers=HEADERS).json
-    yield created
-    assert client.get("/api/workflows", headers=HEADERS).json == before
-    client.delete(f"/api/workflows/{created['id']}", headers=HEADERS)  # keeps the shared list short
+    return unchanged
 
 
 def refused(client, wf, status=400, code=None, **changes):
