@@ -5,7 +5,6 @@ import logging
 import uuid
 
 import gevent
-import jsonschema
 from gevent.event import Event
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -46,22 +45,6 @@ def view(row):
         "lastFiredAt": isoformat(row.last_fired_at), "expiresAt": isoformat(row.expires_at),
         "sandbox": dict(SANDBOX), "createdAt": isoformat(row.created_at), "endedAt": isoformat(row.ended_at),
     }
-
-
-def check_inputs(schema, inputs):
-    """400 with per-field errors when ``inputs`` fail the workflow's inputSchema (as a run checks them)."""
-    try:
-        cls = jsonschema.validators.validator_for(schema)
-        errors = {}
-        for err in cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(inputs):
-            key = "inputs" + "".join(f".{p}" for p in err.absolute_path)
-            errors.setdefault(key, []).append(err.message[:300])
-    except Exception:  # the stored schema, not the inputs, is at fault
-        raise ApiError(400, "validation_failed", "The workflow's inputSchema cannot be applied.",
-                       errors={"workflowId": ["The published inputSchema cannot be applied."]}) from None
-    if errors:
-        raise ApiError(400, "validation_failed", "The inputs do not match the workflow's inputSchema.",
-                       errors=errors)
 
 
 class Timing:
@@ -131,8 +114,7 @@ class Schedules:
     def create(self, data, owner=OWNER):
         rule, interval = self._timing_of(data)
         workflows = self._workflows()
-        snapshot = workflows.runnable(data["workflowId"], owner, published_only=True)
-        check_inputs(snapshot["inputSchema"], data["inputs"])
+        workflows.check_inputs(data["workflowId"], data["inputs"], owner)
         now = utcnow()
         row = Schedule(id=str(uuid.uuid4()), owner=owner, workflow_id=data["workflowId"],
                        inputs=json.dumps(data["inputs"]),

@@ -349,6 +349,13 @@ class Workflows:
                 raise ApiError(409, "workflow_not_published", "The workflow is not published.")
             return {**view(row), "workflowId": row.id, "revision": row.revision}
 
+    def check_inputs(self, workflow_id, inputs, owner=OWNER, published_only=True):
+        """The snapshot a run would use, after checking ``inputs`` against its inputSchema
+        exactly as a run does (400 with per-field errors). For areas that schedule runs."""
+        snap = self.runnable(workflow_id, owner, published_only=published_only)
+        validate_inputs(snap["inputSchema"], inputs)
+        return snap
+
     def run(self, workflow_id, inputs, config, owner=OWNER, parent_run_id=None, published_only=False,
             **task_options):
         """Start a run of the active snapshot (else the draft); returns its run id.

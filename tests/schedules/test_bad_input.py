@@ -66,11 +66,11 @@ def test_unknown_schedule_is_404(client, method, schedule_id):
 
 
 @pytest.mark.parametrize("inputs,field", [
-    ({}, "inputs"),                                        # url is required
+    ({}, "inputs.url"),                                    # url is required: named where it is missing
     ({"url": ""}, "inputs.url"),
     ({"url": "https://x", "n": -1}, "inputs.n"),
     ({"url": "https://x", "n": "3"}, "inputs.n"),
-    ({"url": "https://x", "extra": 1}, "inputs"),
+    ({"url": "https://x", "extra": 1}, "inputs.extra"),   # the same per-field keys as a workflow run
 ])
 def test_inputs_that_fail_the_input_schema(client, wf, inputs, field):
     body = assert_problem(post(client, {"workflowId": wf, "inputs": inputs, "intervalSeconds": 3600}),
