@@ -1,11 +1,12 @@
 """The database: engine per datasource, sessions, the startup probe and Alembic migrations."""
 import datetime as dt
+import functools
 import logging
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import DateTime, create_engine, event, text
+from sqlalchemy import DateTime, bindparam, create_engine, event, text, update
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -53,6 +54,36 @@ def isoformat(value):
     if value is None:
         return None
     return value.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Record(dict):
+    """Values written with a Core insert, read like the row they became (``record.status``)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@functools.lru_cache(maxsize=512)
+def _update_statement(table, keys, columns):
+    return (update(table)
+            .where(*[table.c[k] == bindparam("k_" + k, type_=table.c[k].type) for k in keys])
+            .values({c: bindparam("v_" + c, type_=table.c[c].type) for c in columns}))
+
+
+def update_where(conn, table, where, values):
+    """``UPDATE table SET values WHERE column = value ...`` through a statement built once per shape.
+
+    Hot paths (a run's status and step changes) would otherwise rebuild the statement
+    and its cache key on every call, which costs more than the database's own work.
+    Returns the result (``rowcount``).
+    """
+    stmt = _update_statement(table, tuple(where), tuple(values))
+    params = {"k_" + k: v for k, v in where.items()}
+    params.update({"v_" + c: v for c, v in values.items()})
+    return conn.execute(stmt, params)
 
 
 class Database:

@@ -9,10 +9,10 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 from gevent.queue import Empty
-from sqlalchemy import Boolean, Integer, String, Text, func, select, update
+from sqlalchemy import Boolean, Integer, String, Text, bindparam, func, insert, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .db import Model, UTCDateTime, isoformat, utcnow
+from .db import Model, Record, UTCDateTime, isoformat, update_where, utcnow
 from .errors import ApiError, NotFound
 
 log = logging.getLogger("agenthost.tasks")
@@ -50,6 +50,20 @@ class TaskLock(Model):
     __tablename__ = "task_locks"
 
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
+
+
+_K = Task.__table__
+# The statements of admission, dispatch and a task's end, built once (see core/db.update_where).
+_LOCK = select(TaskLock.__table__.c.name).where(TaskLock.__table__.c.name == "admission").with_for_update()
+_QUEUED_COUNTS = (select(_K.c.owner, _K.c.priority, func.count()).where(_K.c.state == "queued")
+                  .group_by(_K.c.owner, _K.c.priority))
+_INSERT = insert(_K)
+_BY_ID = select(_K).where(_K.c.id == bindparam("task_id"))
+_HEADS = (select(_K.c.owner, _K.c.priority, func.min(_K.c.queued_at)).where(_K.c.state == "queued")
+          .group_by(_K.c.owner, _K.c.priority))
+_HEAD = (select(_K).where(_K.c.state == "queued", _K.c.owner == bindparam("owner"),
+                          _K.c.priority == bindparam("priority"))
+         .order_by(_K.c.queued_at, _K.c.id).limit(1))
 
 
 @dataclass(frozen=True)
@@ -169,12 +183,11 @@ class TaskQueue:
         return view
 
     def _admit(self, s, owner, priority, kind, payload, source, run_id):
+        conn = s.connection()
         # Serialise admissions across hosts and workers: the counts below must not race.
-        s.execute(select(TaskLock).where(TaskLock.name == "admission").with_for_update()).scalar_one_or_none()
+        conn.execute(_LOCK).scalar_one_or_none()
         counts = collections.Counter()
-        for row_owner, row_priority, n in s.execute(
-                select(Task.owner, Task.priority, func.count()).where(Task.state == "queued")
-                .group_by(Task.owner, Task.priority)):
+        for row_owner, row_priority, n in conn.execute(_QUEUED_COUNTS):
             counts[(row_owner, row_priority)] += n
         L = self.limits
         total = sum(counts.values())
@@ -195,12 +208,12 @@ class TaskQueue:
             raise CapacityError("owner-priority", "batch")
         if priority != "interactive" and my_non_interactive >= L.owner_non_interactive:
             raise CapacityError("owner-priority", priority)
-        row = Task(id=str(uuid.uuid4()), owner=owner, priority=priority, state="queued", kind=kind,
-                   payload=json.dumps(payload), source=source, run_id=run_id, queued_at=utcnow(),
-                   admitted_by=self.host.instance_id)
-        s.add(row)
-        s.flush()
-        return task_view(row)
+        row = {"id": str(uuid.uuid4()), "owner": owner, "priority": priority, "state": "queued", "kind": kind,
+               "payload": json.dumps(payload), "source": source, "run_id": run_id, "queued_at": utcnow(),
+               "started_at": None, "finished_at": None, "output": None, "error": None, "executor": None,
+               "cancel_requested": False, "admitted_by": self.host.instance_id, "claimed_by": None}
+        conn.execute(_INSERT, row)
+        return task_view(Record(row))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -455,24 +468,22 @@ class TaskQueue:
         now = utcnow()
         executor = "embedded" if self.executor is None else self.executor.name
         for _ in range(5):  # another host may claim the same head; try the next
-            with self.host.db.session() as s:
-                heads = {(o, p): q for o, p, q in s.execute(
-                    select(Task.owner, Task.priority, func.min(Task.queued_at)).where(Task.state == "queued")
-                    .group_by(Task.owner, Task.priority))}
+            with self.host.db.engine.begin() as conn:
+                heads = {(o, p): q for o, p, q in conn.execute(_HEADS)}
                 choice = self.policy.pick(heads, now)
                 if choice is None:
                     return None
                 owner, priority = choice
-                task_id = s.execute(select(Task.id).where(Task.state == "queued", Task.owner == owner,
-                                                          Task.priority == priority)
-                                    .order_by(Task.queued_at, Task.id).limit(1)).scalar()
-                if task_id is None:
+                row = conn.execute(_HEAD, {"owner": owner, "priority": priority}).one_or_none()
+                if row is None:
                     continue
-                claimed = s.execute(update(Task).where(Task.id == task_id, Task.state == "queued")
-                                    .values(state="running", started_at=utcnow(), executor=executor,
-                                            claimed_by=self.host.instance_id)).rowcount
+                started = utcnow()
+                claimed = update_where(conn, _K, {"id": row.id, "state": "queued"},
+                                       {"state": "running", "started_at": started, "executor": executor,
+                                        "claimed_by": self.host.instance_id}).rowcount
                 if claimed == 1:
-                    return task_view(s.get(Task, task_id))
+                    return task_view(Record({**row._mapping, "state": "running", "started_at": started,
+                                           "executor": executor, "claimed_by": self.host.instance_id}))
         return None
 
     def execute_by_id(self, task_id):
@@ -512,11 +523,11 @@ class TaskQueue:
         self._record_end(task, state, output, error)
 
     def _record_end(self, task, state, output, error):
-        with self.host.db.session() as s:
-            s.execute(update(Task).where(Task.id == task["taskId"])
-                      .values(state=state, finished_at=utcnow(), error=error,
-                              output=json.dumps(output, default=str) if output is not None else None))
-            view = task_view(s.get(Task, task["taskId"]))
+        with self.host.db.engine.begin() as conn:
+            update_where(conn, _K, {"id": task["taskId"]},
+                         {"state": state, "finished_at": utcnow(), "error": error,
+                          "output": json.dumps(output, default=str) if output is not None else None})
+            view = task_view(conn.execute(_BY_ID, {"task_id": task["taskId"]}).one())
         self._finished_hook(view)
         self.host.events.publish(f"task:{task['taskId']}", "task", view)
         self.wake()
@@ -527,6 +538,7 @@ class TaskQueue:
                 listener(view)
             except Exception:
                 log.exception("task listener failed")
+
 
 
 class TaskFailed(Exception):

@@ -81,11 +81,12 @@ class Engine:
         self._finish(active, status, error=error)
 
     def execute(self, run_id, *, resume=False):
-        """Run to the end in the calling greenlet: the body of an ``agent_run`` task."""
+        """Run to the end in the calling greenlet (the body of an ``agent_run`` task); returns
+        the run's final ``(status, error)``."""
         active = ActiveRun(run_id)
         active.greenlet = gevent.getcurrent()
         self.active[run_id] = active
-        self._execute(active, resume)
+        return self._execute(active, resume)
 
     def stop_all(self):
         """Host shutdown: stop every run where it is, without finishing it.
@@ -216,8 +217,8 @@ class Engine:
             run = {"config": json.loads(row.config), "inputs": json.loads(row.inputs),
                    "goal": row.goal, "owner": row.owner,
                    "plan": json.loads(row.plan) if row.plan else None}
-            plan = self._plan(active, run, resume)
-            result = self._run_steps(active, run, plan)
+            plan, rows = self._plan(active, run, resume)
+            result = self._run_steps(active, run, plan, rows)
             status = "complete"
         except RunCancelled:
             status, error = "cancelled", "cancelled"
@@ -229,8 +230,14 @@ class Engine:
         # GreenletExit (host shutdown) skips this on purpose: the run stays active and
         # is marked recovery-required at the next start.
         self._finish(active, status, error=error, result=result)
+        return status, error
 
     def _plan(self, active, run, resume):
+        """Validate the draft and publish it; returns (plan, step rows).
+
+        An unattended run (``planApproval: auto``, not a resume) writes its plan events,
+        step rows and ``running`` status in one transaction.
+        """
         run_id = active.run_id
         draft = run["plan"]
         if draft is None:
@@ -240,23 +247,26 @@ class Engine:
         except plans.PlanError as exc:
             raise _RunFailed(f"invalid plan: {exc}") from None
         check_max_steps(plan, run["config"])
-        self.store.set_status(run_id, "planning", plan=public_plan(plan))
-        text = json.dumps(public_plan(plan))
-        # One transaction for the whole draft: tokens then plan_ready, in order.
-        self.store.emit_many(run_id, [("plan_token", {"text": text[i:i + 256]}) for i in range(0, len(text), 256)]
-                             + [("plan_ready", {"plan": public_plan(plan)})])
+        shown = public_plan(plan)
+        text = json.dumps(shown)
+        # The whole draft in order: tokens, then plan_ready.
+        events = [("plan_token", {"text": text[i:i + 256]}) for i in range(0, len(text), 256)]
+        events.append(("plan_ready", {"plan": shown}))
         needs_review = resume or run["config"].get("planApproval", "required") != "auto"
-        if needs_review:
-            self.store.set_status(run_id, "awaiting_plan_approval")
-            gate = Gate("plan")
-            decision = self._wait_gate(active, run, gate, "plan_approval_requested", {"gateId": gate.gate_id})
-            if decision and decision.get("plan") is not None:
-                plan = self._edited_plan(run_id, run, decision["plan"])
+        if not needs_review:
+            rows = self.store.plan_ready(run_id, shown, events, start_steps=plan)
+            return plan, rows
+        self.store.plan_ready(run_id, shown, events)
+        self.store.set_status(run_id, "awaiting_plan_approval")
+        gate = Gate("plan")
+        decision = self._wait_gate(active, run, gate, "plan_approval_requested", {"gateId": gate.gate_id})
+        if decision and decision.get("plan") is not None:
+            plan = self._edited_plan(run_id, run, decision["plan"])
         if active.halt.is_set():
             raise RunCancelled()
-        self.store.ensure_steps(run_id, plan)
+        rows = self.store.ensure_steps(run_id, plan)
         self.store.set_status(run_id, "running", plan=public_plan(plan))
-        return plan
+        return plan, rows
 
     def _edited_plan(self, run_id, run, edited):
         # The approve endpoint validated it; validate again against the live catalog.
@@ -268,10 +278,10 @@ class Engine:
         self.store.emit(run_id, "plan_edited", {"plan": public_plan(plan)}, streamed=False)
         return plan
 
-    def _run_steps(self, active, run, plan):
+    def _run_steps(self, active, run, plan, rows):
         run_id = active.run_id
         steps = plan["steps"]
-        rows = {r.index: r for r in self.store.steps(run_id)}
+        rows = {r.index: r for r in rows}
         invocations = {i: r.invocation_id for i, r in rows.items()}
         outputs, state = {}, {}
         for step in steps:

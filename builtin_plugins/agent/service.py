@@ -51,7 +51,6 @@ class AgentService:
             run_id = self.store.create(owner, goal, stored_config, plan=draft, inputs=inputs,
                                        workflow_id=workflow_id, workflow_revision=workflow_revision,
                                        parent_run_id=parent_run_id, session=s)
-            s.flush()
             self.host.tasks.admit(owner, priority, "agent_run", {"runId": run_id, "resume": False},
                                   source=source or priority, run_id=run_id, session=s)
             return run_id
@@ -81,12 +80,11 @@ class AgentService:
         if ctx.cancelled.is_set():  # cancelled while it waited for an executor
             self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
             raise TaskCancelled({"runId": run_id, "status": "cancelled"})
-        self.engine.execute(run_id, resume=bool(task["payload"].get("resume")))
-        run = self.store.load(run_id)
-        output = {"runId": run_id, "status": run.status}
-        if run.status == "failed":
-            raise TaskFailed(run.error or "the run failed", output)
-        if run.status == "cancelled":
+        status, error = self.engine.execute(run_id, resume=bool(task["payload"].get("resume")))
+        output = {"runId": run_id, "status": status}
+        if status == "failed":
+            raise TaskFailed(error or "the run failed", output)
+        if status == "cancelled":
             raise TaskCancelled(output)
         return output
 

@@ -1,11 +1,17 @@
-"""Persistence of runs: rows, step executions and ordered audit events (written before they are published)."""
+"""Persistence of runs: rows, step executions and ordered audit events (written before they are published).
+
+The statements are SQLAlchemy Core, built once at import: a run writes a dozen rows,
+and the ORM's unit of work and per-statement cache-key building cost several times
+the database work itself (docs/performance.md, "Background tasks and webhooks").
+"""
 import json
 import uuid
+from types import SimpleNamespace
 
 from gevent.lock import RLock
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from core.db import isoformat, utcnow
+from core.db import isoformat, update_where, utcnow
 from core.errors import NotFound
 
 from .models import Run, RunEvent, StepExecution
@@ -14,9 +20,23 @@ ACTIVE = ("queued", "planning", "awaiting_plan_approval", "running", "awaiting_s
 RESUMABLE = ("failed", "cancelled", "recovery_required")
 TERMINAL = ("complete", "failed", "cancelled", "recovery_required")
 
+_R, _S, _E = Run.__table__, StepExecution.__table__, RunEvent.__table__
+
+_LOAD = select(_R).where(_R.c.id == bindparam("run_id"))
+_LAST_SEQ = select(func.max(_E.c.seq)).where(_E.c.run_id == bindparam("run_id"))
+_INSERT_RUN = insert(_R)
+_INSERT_EVENT = insert(_E)
+_INSERT_STEP = insert(_S)
+_STEPS = select(_S).where(_S.c.run_id == bindparam("run_id")).order_by(_S.c.index)
+
 
 def channel(run_id):
     return f"run:{run_id}"
+
+
+def _step_row(row):
+    # A namespace, not the Row: a Row's .index is the tuple method, not the column.
+    return SimpleNamespace(**row._mapping)
 
 
 class RunStore:
@@ -34,15 +54,17 @@ class RunStore:
             lock = self._locks[run_id] = RLock()
         return lock
 
-    def _next_seq(self, s, run_id):
+    def _next_seq(self, conn, run_id):
         if run_id not in self._seq:
-            self._seq[run_id] = s.execute(select(func.max(RunEvent.seq))
-                                          .where(RunEvent.run_id == run_id)).scalar() or 0
+            self._seq[run_id] = conn.execute(_LAST_SEQ, {"run_id": run_id}).scalar() or 0
         return self._seq[run_id] + 1
 
     @property
     def db(self):
         return self.host.db
+
+    def _begin(self):
+        return self.db.engine.begin()
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -51,34 +73,39 @@ class RunStore:
         """A new run row (``queued`` until its task starts); inside ``session`` when given."""
         run_id = str(uuid.uuid4())
         now = utcnow()
-        row = Run(id=run_id, owner=owner, goal=goal or "", status=status,
-                  plan=json.dumps(plan) if plan is not None else None, config=json.dumps(config),
-                  inputs=json.dumps(inputs or {}), workflow_id=workflow_id,
-                  workflow_revision=workflow_revision, parent_run_id=parent_run_id,
-                  created_at=now, updated_at=now)
+        values = {"id": run_id, "owner": owner, "goal": goal or "", "status": status,
+                  "plan": json.dumps(plan) if plan is not None else None, "config": json.dumps(config),
+                  "inputs": json.dumps(inputs or {}), "workflow_id": workflow_id,
+                  "workflow_revision": workflow_revision, "parent_run_id": parent_run_id,
+                  "result": None, "error": None, "created_at": now, "updated_at": now, "finished_at": None}
         if session is not None:
-            session.add(row)
+            session.connection().execute(_INSERT_RUN, values)
         else:
-            with self.db.session() as s:
-                s.add(row)
+            with self._begin() as conn:
+                conn.execute(_INSERT_RUN, values)
         return run_id
 
     def load(self, run_id, owner=None):
-        with self.db.session() as s:
-            run = s.get(Run, run_id)
-            if run is None or (owner is not None and run.owner != owner):
-                raise NotFound("run")
-            s.expunge(run)
-            return run
+        """The run's row (columns as attributes); NotFound for an unknown id or another owner's run."""
+        with self.db.engine.connect() as conn:
+            run = conn.execute(_LOAD, {"run_id": run_id}).one_or_none()
+        if run is None or (owner is not None and run.owner != owner):
+            raise NotFound("run")
+        return run
 
-    def set_status(self, run_id, status, **fields):
-        values = {"status": status, "updated_at": utcnow()}
+    @staticmethod
+    def _status_values(status, fields):
+        now = utcnow()
+        values = {"status": status, "updated_at": now}
         if status in TERMINAL:
-            values["finished_at"] = utcnow()
+            values["finished_at"] = now
         for key, value in fields.items():
             values[key] = json.dumps(value) if key in ("plan", "result") and value is not None else value
-        with self.db.session() as s:
-            s.execute(update(Run).where(Run.id == run_id).values(**values))
+        return values
+
+    def set_status(self, run_id, status, **fields):
+        with self._begin() as conn:
+            update_where(conn, _R, {"id": run_id}, self._status_values(status, fields))
 
     def finish(self, run_id, status, *, error, result, event, data, streamed):
         """The terminal status and the terminal event in one transaction, then publish.
@@ -87,13 +114,13 @@ class RunStore:
         """
         with self._lock(run_id):
             now = utcnow()
-            with self.db.session() as s:
-                seq = self._next_seq(s, run_id)
-                s.execute(update(Run).where(Run.id == run_id).values(
-                    status=status, error=error, result=json.dumps(result) if result is not None else None,
-                    updated_at=now, finished_at=now))
-                s.add(RunEvent(run_id=run_id, seq=seq, type=event, data=json.dumps(data), streamed=streamed,
-                               created_at=now))
+            with self._begin() as conn:
+                seq = self._next_seq(conn, run_id)
+                update_where(conn, _R, {"id": run_id}, {
+                    "status": status, "error": error, "result": json.dumps(result) if result is not None else None,
+                    "updated_at": now, "finished_at": now})
+                conn.execute(_INSERT_EVENT, {"run_id": run_id, "seq": seq, "type": event, "data": json.dumps(data),
+                                             "streamed": streamed, "created_at": now})
             self._seq[run_id] = seq
             if streamed:
                 self.host.events.publish_item(channel(run_id), (event, data, seq))
@@ -106,68 +133,94 @@ class RunStore:
         with self._lock(run_id):
             # Another process (a task worker) may have written events since this one cached a seq.
             self._seq.pop(run_id, None)
-            with self.db.session() as s:
-                previous = s.execute(select(Run.status).where(Run.id == run_id)).scalar()
-                claimed = s.execute(update(Run).where(Run.id == run_id, Run.owner == owner,
-                                                      Run.status.in_(RESUMABLE))
-                                    .values(status="planning", error=None, finished_at=None, updated_at=utcnow())
-                                    .execution_options(synchronize_session=False))
+            with self._begin() as conn:
+                previous = conn.execute(select(_R.c.status).where(_R.c.id == run_id)).scalar()
+                claimed = conn.execute(update(_R).where(_R.c.id == run_id, _R.c.owner == owner,
+                                                        _R.c.status.in_(RESUMABLE))
+                                       .values(status="planning", error=None, finished_at=None, updated_at=utcnow()))
                 if claimed.rowcount != 1:
                     return False
-                s.execute(update(StepExecution)
-                          .where(StepExecution.run_id == run_id,
-                                 StepExecution.status.notin_(("complete", "skipped")))
-                          .values(status="pending", error=None, attempts=0, started_at=None, finished_at=None))
-                seq = self._next_seq(s, run_id)
-                s.add(RunEvent(run_id=run_id, seq=seq, type="resumed", data=json.dumps({"from": previous}),
-                               streamed=False, created_at=utcnow()))
+                conn.execute(update(_S).where(_S.c.run_id == run_id, _S.c.status.notin_(("complete", "skipped")))
+                             .values(status="pending", error=None, attempts=0, started_at=None, finished_at=None))
+                seq = self._next_seq(conn, run_id)
+                conn.execute(_INSERT_EVENT, {"run_id": run_id, "seq": seq, "type": "resumed",
+                                             "data": json.dumps({"from": previous}), "streamed": False,
+                                             "created_at": utcnow()})
             self._seq[run_id] = seq
             return True
 
     def mark_interrupted(self):
         """At start: runs that were active when the host stopped need recovery."""
-        with self.db.session() as s:
-            result = s.execute(update(Run).where(Run.status.in_(ACTIVE))
-                               .values(status="recovery_required", updated_at=utcnow(),
-                                       error="the host stopped while the run was active"))
-            s.execute(update(StepExecution).where(StepExecution.status == "running")
-                      .values(status="pending"))
+        with self._begin() as conn:
+            result = conn.execute(update(_R).where(_R.c.status.in_(ACTIVE))
+                                  .values(status="recovery_required", updated_at=utcnow(),
+                                          error="the host stopped while the run was active"))
+            conn.execute(update(_S).where(_S.c.status == "running").values(status="pending"))
             return result.rowcount
+
+    # -- the plan ------------------------------------------------------------------------
+
+    def plan_ready(self, run_id, plan, events, *, start_steps=None):
+        """The draft's status, plan and events in one transaction, then published.
+
+        ``start_steps`` (the normalised plan, when nothing waits for approval): the step
+        rows and the ``running`` status join the same transaction, and the step rows are
+        returned, so an unattended run starts with one commit instead of four.
+        """
+        with self._lock(run_id):
+            with self._begin() as conn:
+                rows = None
+                if start_steps is None:
+                    update_where(conn, _R, {"id": run_id}, self._status_values("planning", {"plan": plan}))
+                else:
+                    rows = self._ensure_steps(conn, run_id, start_steps)
+                    update_where(conn, _R, {"id": run_id}, self._status_values("running", {"plan": plan}))
+                first = self._insert_events(conn, run_id, events, True)
+            self._publish(run_id, events, first, True)
+            return rows
 
     # -- steps ---------------------------------------------------------------------------
 
     def ensure_steps(self, run_id, plan):
         """One execution row per plan step, each with a stable invocation id (kept across resumes)."""
-        with self.db.session() as s:
-            existing = {row.index: row for row in s.execute(
-                select(StepExecution).where(StepExecution.run_id == run_id)).scalars()}
-            for step in plan["steps"]:
-                row = existing.get(step["index"])
-                if row is None:
-                    s.add(StepExecution(run_id=run_id, index=step["index"], step_id=step["id"],
-                                        invocation_id=str(uuid.uuid4()), status="pending", attempts=0,
-                                        result_truncated=False))
-                elif row.step_id != step["id"]:
-                    # An edited plan put another step at this position: it is a new invocation.
-                    row.step_id, row.invocation_id = step["id"], str(uuid.uuid4())
-                    row.status, row.attempts, row.result, row.error = "pending", 0, None, None
-                    row.result_truncated, row.started_at, row.finished_at = False, None, None
-            for index, row in existing.items():
-                if index >= len(plan["steps"]):
-                    s.delete(row)
+        with self._begin() as conn:
+            return self._ensure_steps(conn, run_id, plan)
+
+    def _ensure_steps(self, conn, run_id, plan):
+        existing = {row.index: row for row in map(_step_row, conn.execute(_STEPS, {"run_id": run_id}))}
+        new = []
+        for step in plan["steps"]:
+            row = existing.get(step["index"])
+            if row is None:
+                row = SimpleNamespace(run_id=run_id, index=step["index"], step_id=step["id"],
+                                      invocation_id=str(uuid.uuid4()), status="pending", attempts=0,
+                                      started_at=None, finished_at=None, result=None, error=None,
+                                      result_truncated=False)
+                new.append(vars(row))
+                existing[step["index"]] = row
+            elif row.step_id != step["id"]:
+                # An edited plan put another step at this position: it is a new invocation.
+                row.step_id, row.invocation_id = step["id"], str(uuid.uuid4())
+                row.status, row.attempts, row.result, row.error = "pending", 0, None, None
+                row.result_truncated, row.started_at, row.finished_at = False, None, None
+                conn.execute(update(_S).where(_S.c.run_id == run_id, _S.c.index == row.index).values(
+                    step_id=row.step_id, invocation_id=row.invocation_id, status="pending", attempts=0,
+                    result=None, error=None, result_truncated=False, started_at=None, finished_at=None))
+        if new:
+            conn.execute(_INSERT_STEP, [dict(r) for r in new])
+        gone = [index for index in existing if index >= len(plan["steps"])]
+        if gone:
+            conn.execute(delete(_S).where(_S.c.run_id == run_id, _S.c.index.in_(gone)))
+        return [existing[i] for i in sorted(existing) if i < len(plan["steps"])]
 
     def steps(self, run_id):
-        with self.db.session() as s:
-            rows = s.execute(select(StepExecution).where(StepExecution.run_id == run_id)
-                             .order_by(StepExecution.index)).scalars().all()
-            for row in rows:
-                s.expunge(row)
-            return rows
+        with self.db.engine.connect() as conn:
+            rows = [_step_row(r) for r in conn.execute(_STEPS, {"run_id": run_id})]
+        return rows
 
     def update_step(self, run_id, index, **values):
-        with self.db.session() as s:
-            s.execute(update(StepExecution).where(StepExecution.run_id == run_id,
-                                                  StepExecution.index == index).values(**values))
+        with self._begin() as conn:
+            update_where(conn, _S, {"run_id": run_id, "index": index}, values)
 
     # -- events --------------------------------------------------------------------------
 
@@ -179,37 +232,42 @@ class RunStore:
     def emit_many(self, run_id, events, *, streamed=True, step=None):
         """Several events in one transaction (a plan's tokens), published in order after it."""
         with self._lock(run_id):
-            with self.db.session() as s:
+            with self._begin() as conn:
                 if step is not None:
                     index, values = step
-                    s.execute(update(StepExecution).where(StepExecution.run_id == run_id,
-                                                          StepExecution.index == index).values(**values))
-                seq = self._next_seq(s, run_id)
-                first = seq
-                now = utcnow()
-                for offset, (event, data) in enumerate(events):
-                    s.add(RunEvent(run_id=run_id, seq=first + offset, type=event, data=json.dumps(data),
-                                   streamed=streamed, created_at=now))
-                last = first + len(events) - 1
-            self._seq[run_id] = last
-            if streamed:
-                for offset, (event, data) in enumerate(events):
-                    self.host.events.publish_item(channel(run_id), (event, data, first + offset))
-            return list(range(first, last + 1))
+                    update_where(conn, _S, {"run_id": run_id, "index": index}, values)
+                first = self._insert_events(conn, run_id, events, streamed)
+            self._publish(run_id, events, first, streamed)
+            return list(range(first, first + len(events)))
+
+    def _insert_events(self, conn, run_id, events, streamed):
+        """Insert ``events`` after the run's last seq; returns the first new seq (the caller holds the lock)."""
+        first = self._next_seq(conn, run_id)
+        now = utcnow()
+        conn.execute(_INSERT_EVENT, [{"run_id": run_id, "seq": first + offset, "type": event,
+                                      "data": json.dumps(data), "streamed": streamed, "created_at": now}
+                                     for offset, (event, data) in enumerate(events)])
+        self._seq[run_id] = first + len(events) - 1
+        return first
+
+    def _publish(self, run_id, events, first, streamed):
+        if streamed:
+            for offset, (event, data) in enumerate(events):
+                self.host.events.publish_item(channel(run_id), (event, data, first + offset))
 
     def events(self, run_id, streamed_only=False, since_resume=False):
         """Ordered audit events; ``since_resume``: only those after the last ``resumed`` marker."""
-        query = select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)
+        query = select(_E).where(_E.c.run_id == run_id).order_by(_E.c.seq)
         if streamed_only:
-            query = query.where(RunEvent.streamed.is_(True))
+            query = query.where(_E.c.streamed.is_(True))
         if since_resume:
-            marker = (select(func.max(RunEvent.seq))
-                      .where(RunEvent.run_id == run_id, RunEvent.type == "resumed").scalar_subquery())
-            query = query.where(RunEvent.seq > func.coalesce(marker, 0))
-        with self.db.session() as s:
-            return [{"seq": e.seq, "type": e.type, "data": json.loads(e.data),
-                     "createdAt": isoformat(e.created_at), "streamed": bool(e.streamed)}
-                    for e in s.execute(query).scalars()]
+            marker = (select(func.max(_E.c.seq))
+                      .where(_E.c.run_id == run_id, _E.c.type == "resumed").scalar_subquery())
+            query = query.where(_E.c.seq > func.coalesce(marker, 0))
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [{"seq": e.seq, "type": e.type, "data": json.loads(e.data),
+                 "createdAt": isoformat(e.created_at), "streamed": bool(e.streamed)} for e in rows]
 
     def forget(self, run_id):
         self._seq.pop(run_id, None)
@@ -218,10 +276,10 @@ class RunStore:
     # -- views ---------------------------------------------------------------------------
 
     def summaries(self, owner, limit=50):
-        with self.db.session() as s:
-            rows = s.execute(select(Run).where(Run.owner == owner).order_by(Run.updated_at.desc(), Run.id)
-                             .limit(limit)).scalars().all()
-            return [summary(r) for r in rows]
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(select(_R).where(_R.c.owner == owner).order_by(_R.c.updated_at.desc(), _R.c.id)
+                                .limit(limit)).all()
+        return [summary(r) for r in rows]
 
     def detail(self, run_id, owner):
         run = self.load(run_id, owner)

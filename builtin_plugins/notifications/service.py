@@ -1,9 +1,9 @@
 """Notification center logic: persist first, then hook, then fan out."""
 import logging
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from core.db import isoformat, utcnow
+from core.db import Record, isoformat, utcnow
 from core.errors import NotFound
 
 from .models import Notification
@@ -16,6 +16,14 @@ CHANNEL = "notifications"
 # The id column is a 32-bit INTEGER on PostgreSQL and MySQL; a larger id in a URL
 # cannot name a row, and handing it to the driver would fail with a 500.
 MAX_ID = 2**31 - 1
+
+
+_N = Notification.__table__
+# The create path's statements, built once: the agent writes one notification per run end.
+_INSERT = insert(_N)
+_PRUNE_THRESHOLD = select(_N.c.id).order_by(_N.c.id.desc()).offset(bindparam("skip")).limit(1)
+_PRUNE = delete(_N).where(_N.c.id < bindparam("threshold"))
+_CHECK = NotificationIn()  # a schema instance is reusable, and costly to build per call
 
 
 def view(row):
@@ -44,13 +52,11 @@ class NotificationCenter:
         bridge, the agent) cannot store what the API would refuse; a bad value raises
         ``marshmallow.ValidationError``.
         """
-        fields = NotificationIn().load(
-            {"source": source, "level": level, "title": title, "body": body, "link": link})
-        with self.host.db.session() as s:
-            row = Notification(**fields, read=False, created_at=utcnow())
-            s.add(row)
-            s.flush()
-            note = view(row)
+        fields = _CHECK.load({"source": source, "level": level, "title": title, "body": body, "link": link})
+        values = {**fields, "read": False, "created_at": utcnow(), "read_at": None}
+        with self.host.db.engine.begin() as conn:
+            note_id = conn.execute(_INSERT, values).inserted_primary_key[0]
+        note = view(Record({**values, "id": note_id}))
         self._prune()
         self.host.plugins.notify("notification_created", host=self.host, notification=note)
         self.host.events.publish(CHANNEL, "notification", note)
@@ -67,11 +73,10 @@ class NotificationCenter:
         """
         retained = self.host.config["notifications.retained"]
         try:
-            with self.host.db.session() as s:
-                threshold = s.execute(select(Notification.id).order_by(Notification.id.desc())
-                                      .offset(retained - 1).limit(1)).scalar()
+            with self.host.db.engine.begin() as conn:
+                threshold = conn.execute(_PRUNE_THRESHOLD, {"skip": retained - 1}).scalar()
                 if threshold is not None:
-                    s.execute(delete(Notification).where(Notification.id < threshold))
+                    conn.execute(_PRUNE, {"threshold": threshold})
         except Exception:
             log.warning("pruning old notifications failed; the next create retries", exc_info=True)
 
@@ -114,3 +119,4 @@ class NotificationCenter:
             if result.rowcount == 0:
                 raise NotFound("notification")
         return {"ok": True, "id": note_id}
+
