@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import DateTime, bindparam, create_engine, event, text, update
 from sqlalchemy.dialects import mysql
-from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
@@ -54,6 +54,11 @@ def isoformat(value):
     if value is None:
         return None
     return value.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def connection_of(unit):
+    """The Core connection of a unit of work: an ORM session's, or the given connection itself."""
+    return unit.connection() if isinstance(unit, Session) else unit
 
 
 class Record(dict):

@@ -12,7 +12,7 @@ from gevent.queue import Empty
 from sqlalchemy import Boolean, Integer, String, Text, bindparam, func, insert, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .db import Model, Record, UTCDateTime, isoformat, update_where, utcnow
+from .db import Model, Record, UTCDateTime, connection_of, isoformat, update_where, utcnow
 from .errors import ApiError, NotFound
 
 log = logging.getLogger("agenthost.tasks")
@@ -160,6 +160,9 @@ class TaskQueue:
             from .rq_executor import RQExecutor
             self.executor = RQExecutor(redis_url, host.config.get("service.redis-namespace"))
         self.finished_listeners = []  # callables(task view) after a task ends
+        # Callables() when a queued place may have freed: a task of this process left the
+        # queue (started or cancelled), or another process said so (a "wake" on the bus).
+        self.capacity_listeners = []
         self.poll_seconds = float(host.config.get("tasks.poll-seconds", 2))
 
     # -- kinds ---------------------------------------------------------------------------
@@ -170,7 +173,10 @@ class TaskQueue:
     # -- admission -----------------------------------------------------------------------
 
     def admit(self, owner, priority, kind, payload, *, source=None, run_id=None, session=None):
-        """Admit a task in one transaction that checks every limit; raises CapacityError (429)."""
+        """Admit a task in one transaction that checks every limit; raises CapacityError (429).
+
+        ``session`` (an ORM session or a Core connection): admit inside the caller's transaction.
+        """
         if priority not in PRIORITIES:
             raise ValueError(f"unknown priority {priority!r}")
         if self.executor is not None:
@@ -183,7 +189,7 @@ class TaskQueue:
         return view
 
     def _admit(self, s, owner, priority, kind, payload, source, run_id):
-        conn = s.connection()
+        conn = connection_of(s)
         # Serialise admissions across hosts and workers: the counts below must not race.
         conn.execute(_LOCK).scalar_one_or_none()
         counts = collections.Counter()
@@ -342,6 +348,7 @@ class TaskQueue:
             else:
                 cancelled_queued = False
         if cancelled_queued:
+            self._capacity_freed()
             self._finished_hook(view)
             self.host.events.publish(f"task:{task_id}", "task", view)
             return {"taskId": task_id, "cancelled": True, "state": "cancelled"}
@@ -413,6 +420,7 @@ class TaskQueue:
                 op, data = item[0], item[1]
                 if op == "wake":
                     self._wake.set()
+                    self._capacity_freed()
                 elif op == "cancel":
                     self._cancel_local(data["taskId"])
         finally:
@@ -433,6 +441,7 @@ class TaskQueue:
                     task = self._claim_next()
                     if task is None:
                         break
+                    self._capacity_freed()
                     if self.executor is None:
                         ctx = TaskContext(task)
                         self.running[task["taskId"]] = ctx
@@ -531,6 +540,13 @@ class TaskQueue:
         self._finished_hook(view)
         self.host.events.publish(f"task:{task['taskId']}", "task", view)
         self.wake()
+
+    def _capacity_freed(self):
+        for listener in list(self.capacity_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("capacity listener failed")
 
     def _finished_hook(self, view):
         for listener in list(self.finished_listeners):

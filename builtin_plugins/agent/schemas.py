@@ -27,15 +27,18 @@ class AgentConfig(StrictSchema):
     fileGrants = fields.List(fields.Nested(FileGrant), load_default=list, validate=validate.Length(max=64))
 
 
+CONFIG = AgentConfig()  # reusable: a schema keeps no state between loads, and is costly to build
+
+
 class RunIn(StrictSchema):
     goal = StoredText(required=True, validate=validate.Length(1, 20000))
-    config = fields.Nested(AgentConfig, load_default=lambda: AgentConfig().load({}))
+    config = fields.Nested(AgentConfig, load_default=lambda: CONFIG.load({}))
 
 
 class BatchIn(StrictSchema):
     goals = fields.List(StoredText(validate=validate.Length(1, 20000)), required=True,
                         validate=validate.Length(1, 8))
-    config = fields.Nested(AgentConfig, load_default=lambda: AgentConfig().load({}))
+    config = fields.Nested(AgentConfig, load_default=lambda: CONFIG.load({}))
 
 
 class RunOut(Schema):

@@ -21,9 +21,9 @@ class AgentService:
         """Validate an agent ``config`` object (for other areas' endpoints that take one)."""
         from marshmallow import ValidationError
 
-        from .schemas import AgentConfig
+        from .schemas import CONFIG
         try:
-            return AgentConfig().load(raw or {})
+            return CONFIG.load(raw or {})
         except ValidationError as exc:
             raise ValidationError({"config": exc.messages}) from None
 

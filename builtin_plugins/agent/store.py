@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from gevent.lock import RLock
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from core.db import isoformat, update_where, utcnow
+from core.db import connection_of, isoformat, update_where, utcnow
 from core.errors import NotFound
 
 from .models import Run, RunEvent, StepExecution
@@ -79,7 +79,7 @@ class RunStore:
                   "workflow_revision": workflow_revision, "parent_run_id": parent_run_id,
                   "result": None, "error": None, "created_at": now, "updated_at": now, "finished_at": None}
         if session is not None:
-            session.connection().execute(_INSERT_RUN, values)
+            connection_of(session).execute(_INSERT_RUN, values)
         else:
             with self._begin() as conn:
                 conn.execute(_INSERT_RUN, values)

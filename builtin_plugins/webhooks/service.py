@@ -1,4 +1,5 @@
 """Webhook trigger logic: secrets, the creation rules, and delivery admission with its event-id claim."""
+import collections
 import hashlib
 import hmac
 import json
@@ -10,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 
 import jsonschema
+from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -162,24 +164,56 @@ class Webhooks:
         # in flight keeps a burst of deliveries from taking every pooled connection (each
         # admission briefly needs two: its own and the workflow read).
         self._admitting = BoundedSemaphore(int(host.config.get("webhooks.max-concurrent-admissions", 8)))
-        # Load shedding: after a 429, further deliveries of that owner get 429 at once (no
-        # transaction) until a task ends or this many seconds pass. Under a flood this keeps
-        # the CPU for the tasks that drain the queue instead of for refusing deliveries.
+        self._configs = {}  # permission mode -> parsed run config
+        # Load shedding: after a 429, further deliveries of that owner skip the admitting
+        # transaction (it would fail the same way) until a queued place frees or this many
+        # seconds pass. Under a flood this keeps the CPU for the tasks that drain the queue.
         self._full_for = float(host.config.get("webhooks.queue-full-memo-ms", 50)) / 1000
         self._full = {}  # owner -> (monotonic deadline, capacityScope, capacityPriority)
+        # Backpressure: a delivery that meets a full queue waits up to this long for a place
+        # (first come, first served; one waiter is woken per place that frees) before it is
+        # answered 429. A short flood is absorbed instead of bounced, and waiting senders
+        # cost nothing, where an immediate 429 invites an immediate retry.
+        self._wait_for = float(host.config.get("webhooks.admission-wait-ms", 300)) / 1000
+        self._max_waiters = int(host.config.get("webhooks.max-waiting-deliveries", 256))
+        self._waiters = collections.deque()  # gevent Events, oldest first
         if host.tasks is not None:
-            host.tasks.finished_listeners.append(self._capacity_freed)
+            host.tasks.capacity_listeners.append(self._capacity_freed)
 
-    def _capacity_freed(self, task):
+    def _capacity_freed(self):
         self._full.clear()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.is_set():
+                waiter.set()
+                return
 
-    def _refuse_if_known_full(self, owner):
+    def _known_full(self, owner):
+        """The CapacityError of a recent refusal of this owner that still stands, else None."""
         memo = self._full.get(owner)
-        if memo is not None:
-            if memo[0] > time.monotonic():
-                self.host.tasks.wake()
-                raise CapacityError(memo[1], memo[2])
-            self._full.pop(owner, None)
+        if memo is None:
+            return None
+        if memo[0] > time.monotonic():
+            return CapacityError(memo[1], memo[2])
+        self._full.pop(owner, None)
+        return None
+
+    def _wait_for_place(self, deadline):
+        """Queue for the next freed place; True when woken before ``deadline`` (monotonic)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or len(self._waiters) >= self._max_waiters:
+            return False
+        self.host.tasks.wake()  # the queue is full: make sure the dispatcher is draining it
+        waiter = Event()
+        self._waiters.append(waiter)
+        try:
+            return waiter.wait(remaining)
+        finally:
+            if not waiter.is_set():
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:
+                    pass
 
     @property
     def db(self):
@@ -356,14 +390,25 @@ class Webhooks:
         if caller.original is not None:
             # The event id names the event: a repeat answers with the first copy, whatever it carries.
             return False, caller.original
-        self._refuse_if_known_full(caller.owner)
         inputs = {**caller.default_inputs, **overlay}
         agent = self.host.service("agent")
         if agent is None:
             raise ApiError(503, "agent_unavailable", "The agent is not running.")
-        config = agent.parse_config({"planApproval": "auto", "permissionMode": caller.permission_mode})
+        config = self._config(agent, caller.permission_mode)
         key = caller.event_key
-        for attempt in range(3):
+        deadline = time.monotonic() + self._wait_for
+        attempt, woken = 0, False
+        while True:
+            if not woken:
+                # Known full, or others already wait for a place: queue behind them.
+                full = self._known_full(caller.owner)
+                if full is not None or self._waiters:
+                    if self._wait_for_place(deadline):
+                        woken = True
+                        continue
+                    if full is not None:
+                        raise full
+            woken = False
             try:
                 with self._admitting:
                     delivery = self._admit(caller, inputs, config)
@@ -379,24 +424,33 @@ class Webhooks:
                     return False, original
                 # Its transaction rolled back (a 429): the claim is free again; try once more.
             except OperationalError as exc:
-                if not _retryable(exc) or attempt == 2:
+                if not _retryable(exc) or attempt >= 2:
                     raise
             except CapacityError as exc:
                 if self._full_for > 0:
                     self._full[caller.owner] = (time.monotonic() + self._full_for, exc.extra.get("capacityScope"),
                                                 exc.extra.get("capacityPriority"))
-                # The queue is full: make sure the dispatcher is draining it (a wake is one flag).
-                self.host.tasks.wake()
+                if self._wait_for_place(deadline):
+                    woken = True
+                    continue
                 raise
-        else:
-            raise ApiError(503, "delivery_contended", "The delivery could not be admitted; retry shortly.",
-                           headers={"Retry-After": "1"})
+            attempt += 1
+            if attempt >= 3:
+                raise ApiError(503, "delivery_contended", "The delivery could not be admitted; retry shortly.",
+                               headers={"Retry-After": "1"})
         self.host.tasks.wake()
         return True, delivery
 
+    def _config(self, agent, permission_mode):
+        """The run config of a delivery (checked once per permission mode, then reused)."""
+        config = self._configs.get(permission_mode)
+        if config is None:
+            config = self._configs[permission_mode] = agent.parse_config(
+                {"planApproval": "auto", "permissionMode": permission_mode})
+        return dict(config)
+
     def _admit(self, caller, inputs, config):
-        with self.db.session() as s:
-            conn = s.connection()
+        with self.db.engine.begin() as conn:
             current = conn.execute(_CURRENT_SECRET, {"trigger_id": caller.trigger_id}).one_or_none()
             if current is None or not current.active or not hmac.compare_digest(current.secret_hash,
                                                                                   caller.secret_hash):
@@ -407,7 +461,7 @@ class Webhooks:
                                   "received_at": received, "idempotency_key_supplied": caller.event_key is not None})
             run_id = self._workflows().run(caller.workflow_id, inputs, config, owner=caller.owner,
                                            published_only=True, priority="normal",
-                                           source=f"webhook:{caller.trigger_id}", session=s)
+                                           source=f"webhook:{caller.trigger_id}", session=conn)
             task = conn.execute(_ADMITTED_TASK, {"owner": caller.owner, "run_id": run_id}).one()
             conn.execute(_PAIR, {"b_delivery_id": delivery_id, "b_task_id": task.id, "b_run_id": run_id})
             return {"deliveryId": delivery_id, "taskId": task.id, "runId": run_id, "status": task.state,

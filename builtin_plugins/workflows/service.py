@@ -1,4 +1,5 @@
 """Workflow logic: drafts with optimistic concurrency, immutable snapshots, catalog tools, runs."""
+import collections
 import json
 import logging
 import re
@@ -8,7 +9,7 @@ import uuid
 
 import jsonschema
 from marshmallow import ValidationError
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from core import plans
@@ -85,11 +86,17 @@ def input_names(schema):
     return set(properties) if isinstance(properties, dict) else set()
 
 
-def validate_inputs(schema, inputs):
+def input_validator(schema):
+    """A compiled validator of an inputSchema (kept with a cached snapshot)."""
     cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def validate_inputs(schema, inputs, validator=None):
     errors = {}
     try:
-        for err in cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(inputs):
+        validator = validator or input_validator(schema)
+        for err in validator.iter_errors(inputs):
             where = "inputs" + "".join(f".{p}" for p in err.absolute_path)
             for key, message in _per_field(err, where):
                 errors.setdefault(key, []).append(message[:300])
@@ -159,11 +166,21 @@ def _stale(current, expected):
                     currentRevision=current)
 
 
+_W, _V = Workflow.__table__, WorkflowRevision.__table__
+_PUBLISHED_STATE = select(_W.c.owner, _W.c.published, _W.c.active_revision).where(_W.c.id == bindparam("workflow_id"))
+_REVISION = select(_V).where(_V.c.workflow_id == bindparam("workflow_id"), _V.c.revision == bindparam("revision"))
+SNAPSHOT_CACHE = 256  # published revisions kept parsed, with their compiled input validators
+
+
 class Workflows:
     """The workflows service (``host.service("workflows")``)."""
 
     def __init__(self, host):
         self.host = host
+        # (workflow id, revision) -> (snapshot view, input validator). Revisions are
+        # immutable, so an entry never goes stale; the workflow row is still read on
+        # every run, so unpublishing, deleting or restoring takes effect at once.
+        self._snapshots = collections.OrderedDict()
         self._tools = {}  # workflow id -> tool name
         # Reading the published state and changing the catalog happen as one step, so the
         # catalog always ends up matching the last committed state.
@@ -339,6 +356,40 @@ class Workflows:
 
     def runnable(self, workflow_id, owner=OWNER, *, published_only=False):
         """The snapshot a run uses: the active published revision, else (unless published_only) the draft."""
+        return self._runnable(workflow_id, owner, published_only)[0]
+
+    def _runnable(self, workflow_id, owner, published_only):
+        """(snapshot, its compiled input validator or None)."""
+        with self.host.db.engine.connect() as conn:
+            state = conn.execute(_PUBLISHED_STATE, {"workflow_id": workflow_id}).one_or_none()
+            if state is None or state.owner != owner:
+                raise NotFound("workflow")
+            if state.published and state.active_revision is not None:
+                cached = self._published(conn, workflow_id, state.active_revision)
+                if cached is not None:
+                    return dict(cached[0]), cached[1]
+        return self._draft_or_conflict(workflow_id, owner, published_only), None
+
+    def _published(self, conn, workflow_id, revision):
+        key = (workflow_id, revision)
+        cached = self._snapshots.get(key)
+        if cached is None:
+            snap = conn.execute(_REVISION, {"workflow_id": workflow_id, "revision": revision}).one_or_none()
+            if snap is None:
+                return None
+            view_ = snapshot_view(snap, revision)
+            try:
+                validator = input_validator(view_["inputSchema"])
+            except Exception:  # validate_inputs reports an unusable schema as a 400
+                validator = None
+            cached = self._snapshots[key] = (view_, validator)
+            while len(self._snapshots) > SNAPSHOT_CACHE:
+                self._snapshots.popitem(last=False)
+        else:
+            self._snapshots.move_to_end(key)
+        return cached
+
+    def _draft_or_conflict(self, workflow_id, owner, published_only):
         with self.host.db.session() as s:
             row = self._row(s, workflow_id, owner)
             if row.published and row.active_revision is not None:
@@ -352,8 +403,8 @@ class Workflows:
     def check_inputs(self, workflow_id, inputs, owner=OWNER, published_only=True):
         """The snapshot a run would use, after checking ``inputs`` against its inputSchema
         exactly as a run does (400 with per-field errors). For areas that schedule runs."""
-        snap = self.runnable(workflow_id, owner, published_only=published_only)
-        validate_inputs(snap["inputSchema"], inputs)
+        snap, validator = self._runnable(workflow_id, owner, published_only)
+        validate_inputs(snap["inputSchema"], inputs, validator)
         return snap
 
     def run(self, workflow_id, inputs, config, owner=OWNER, parent_run_id=None, published_only=False,
@@ -366,8 +417,8 @@ class Workflows:
         """
         if config.get("plan") is not None:
             raise ValidationError({"config": {"plan": ["A workflow run uses the workflow's own plan."]}})
-        snap = self.runnable(workflow_id, owner, published_only=published_only)
-        validate_inputs(snap["inputSchema"], inputs)
+        snap, validator = self._runnable(workflow_id, owner, published_only)
+        validate_inputs(snap["inputSchema"], inputs, validator)
         agent = self.host.service("agent")
         if agent is None:
             raise ApiError(503, "agent_unavailable", "The agent is not running.")
