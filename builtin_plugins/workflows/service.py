@@ -390,14 +390,11 @@ class Workflows:
         return cached
 
     def _draft_or_conflict(self, workflow_id, owner, published_only):
+        """The draft (no published revision to run), or 409 when only a published one will do."""
+        if published_only:
+            raise ApiError(409, "workflow_not_published", "The workflow is not published.")
         with self.host.db.session() as s:
             row = self._row(s, workflow_id, owner)
-            if row.published and row.active_revision is not None:
-                snap = s.get(WorkflowRevision, (workflow_id, row.active_revision))
-                if snap is not None:
-                    return snapshot_view(snap, row.active_revision)
-            if published_only:
-                raise ApiError(409, "workflow_not_published", "The workflow is not published.")
             return {**view(row), "workflowId": row.id, "revision": row.revision}
 
     def check_inputs(self, workflow_id, inputs, owner=OWNER, published_only=True):
