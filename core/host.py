@@ -137,6 +137,8 @@ class Host:
                 log.exception("migrations failed")
                 raise ModeError("the database schema could not be migrated") from exc
             self.db = db
+            if self.role == "host":
+                db.start_background_checkpoints(float(self.config.get("service.sqlite-checkpoint-seconds", 1.0)))
             from .tasks import TaskQueue
             self.tasks = TaskQueue(self)
             # Services come up before the mode flips, so no request sees APP mode without them.

@@ -1,5 +1,6 @@
 """AgentPlan: validation, placeholders, and the dependency graph shared by workflows and the agent."""
 import copy
+import functools
 import json
 import re
 
@@ -32,6 +33,7 @@ class PlanError(ValueError):
         super().__init__(f"{first[0]}: {first[1][0]}")
 
 
+@functools.lru_cache(maxsize=2048)
 def parse_ref(text):
     """``inputs.NAME[.path]`` or ``steps.ID.output[.path]`` -> ("inputs", NAME, path) / ("steps", ID, path).
 
@@ -39,9 +41,9 @@ def parse_ref(text):
     """
     parts = text.strip().split(".")
     if len(parts) >= 2 and parts[0] == "inputs":
-        kind, name, path = "inputs", parts[1], parts[2:]
+        kind, name, path = "inputs", parts[1], tuple(parts[2:])
     elif len(parts) >= 3 and parts[0] == "steps" and parts[2] == "output":
-        kind, name, path = "steps", parts[1], parts[3:]
+        kind, name, path = "steps", parts[1], tuple(parts[3:])
     else:
         return None
     if not name or any(not part for part in path):

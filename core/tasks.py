@@ -9,10 +9,10 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 from gevent.queue import Empty
-from sqlalchemy import Boolean, Integer, String, Text, bindparam, func, insert, select, update
+from sqlalchemy import Boolean, String, Text, bindparam, func, insert, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .db import Model, Record, UTCDateTime, connection_of, isoformat, update_where, utcnow
+from .db import Model, Prepared, Record, UTCDateTime, connection_of, isoformat, update_where, utcnow
 from .errors import ApiError, NotFound
 
 log = logging.getLogger("agenthost.tasks")
@@ -54,16 +54,20 @@ class TaskLock(Model):
 
 _K = Task.__table__
 # The statements of admission, dispatch and a task's end, built once (see core/db.update_where).
-_LOCK = select(TaskLock.__table__.c.name).where(TaskLock.__table__.c.name == "admission").with_for_update()
-_QUEUED_COUNTS = (select(_K.c.owner, _K.c.priority, func.count()).where(_K.c.state == "queued")
-                  .group_by(_K.c.owner, _K.c.priority))
-_INSERT = insert(_K)
+_LOCK = Prepared(select(TaskLock.__table__.c.name).where(TaskLock.__table__.c.name == "admission")
+                 .with_for_update())
+_QUEUED_COUNTS = Prepared(select(_K.c.owner, _K.c.priority, func.count().label("n")).where(_K.c.state == "queued")
+                          .group_by(_K.c.owner, _K.c.priority))
+_INSERT = Prepared(insert(_K))
 _BY_ID = select(_K).where(_K.c.id == bindparam("task_id"))
-_HEADS = (select(_K.c.owner, _K.c.priority, func.min(_K.c.queued_at)).where(_K.c.state == "queued")
-          .group_by(_K.c.owner, _K.c.priority))
-_HEAD = (select(_K).where(_K.c.state == "queued", _K.c.owner == bindparam("owner"),
-                          _K.c.priority == bindparam("priority"))
-         .order_by(_K.c.queued_at, _K.c.id).limit(1))
+# The first ``depth`` queued tasks of every (owner, priority), oldest first: what the fair
+# policy can pick from when the dispatcher fills ``depth`` free places in one transaction.
+_QUEUED_BY_KEY = (select(_K, func.row_number().over(partition_by=(_K.c.owner, _K.c.priority),
+                                                    order_by=(_K.c.queued_at, _K.c.id)).label("place"))
+                  .where(_K.c.state == "queued").subquery())
+_HEADS = Prepared(select(*[_QUEUED_BY_KEY.c[c.key] for c in _K.columns])
+                  .where(_QUEUED_BY_KEY.c.place <= bindparam("depth"))
+                  .order_by(_QUEUED_BY_KEY.c.queued_at, _QUEUED_BY_KEY.c.id))
 
 
 @dataclass(frozen=True)
@@ -172,29 +176,34 @@ class TaskQueue:
 
     # -- admission -----------------------------------------------------------------------
 
-    def admit(self, owner, priority, kind, payload, *, source=None, run_id=None, session=None):
+    def admit(self, owner, priority, kind, payload, *, source=None, run_id=None, session=None, task_id=None):
         """Admit a task in one transaction that checks every limit; raises CapacityError (429).
 
         ``session`` (an ORM session or a Core connection): admit inside the caller's transaction.
+        ``task_id``: the id to give the task, when the caller must write it elsewhere in
+        that transaction (a webhook delivery's claim row names its task).
         """
         if priority not in PRIORITIES:
             raise ValueError(f"unknown priority {priority!r}")
         if self.executor is not None:
             self.executor.check()  # a clear 503 while Redis is away; nothing half-admitted
         if session is not None:
-            return self._admit(session, owner, priority, kind, payload, source, run_id)
+            return self._admit(session, owner, priority, kind, payload, source, run_id, task_id)
         with self.host.db.session() as s:
-            view = self._admit(s, owner, priority, kind, payload, source, run_id)
+            view = self._admit(s, owner, priority, kind, payload, source, run_id, task_id)
         self.wake()
         return view
 
-    def _admit(self, s, owner, priority, kind, payload, source, run_id):
+    def _admit(self, s, owner, priority, kind, payload, source, run_id, task_id=None):
         conn = connection_of(s)
         # Serialise admissions across hosts and workers: the counts below must not race.
-        conn.execute(_LOCK).scalar_one_or_none()
+        # SQLite has no row locks (FOR UPDATE is not rendered): its one writer at a time,
+        # and the snapshot check when this transaction starts writing, do that there.
+        if conn.dialect.name != "sqlite":
+            _LOCK.rows(conn)
         counts = collections.Counter()
-        for row_owner, row_priority, n in conn.execute(_QUEUED_COUNTS):
-            counts[(row_owner, row_priority)] += n
+        for row in _QUEUED_COUNTS.rows(conn):
+            counts[(row.owner, row.priority)] += row.n
         L = self.limits
         total = sum(counts.values())
         mine = sum(n for (o, _), n in counts.items() if o == owner)
@@ -214,11 +223,12 @@ class TaskQueue:
             raise CapacityError("owner-priority", "batch")
         if priority != "interactive" and my_non_interactive >= L.owner_non_interactive:
             raise CapacityError("owner-priority", priority)
-        row = {"id": str(uuid.uuid4()), "owner": owner, "priority": priority, "state": "queued", "kind": kind,
+        row = {"id": task_id or str(uuid.uuid4()), "owner": owner, "priority": priority, "state": "queued",
+               "kind": kind,
                "payload": json.dumps(payload), "source": source, "run_id": run_id, "queued_at": utcnow(),
                "started_at": None, "finished_at": None, "output": None, "error": None, "executor": None,
                "cancel_requested": False, "admitted_by": self.host.instance_id, "claimed_by": None}
-        conn.execute(_INSERT, row)
+        _INSERT.execute(conn, row)
         return task_view(Record(row))
 
     # -- reading -------------------------------------------------------------------------
@@ -437,19 +447,25 @@ class TaskQueue:
         while not self._stopping:
             self._wake.clear()
             try:
-                while not self._stopping and self._free_slots() > 0:
-                    task = self._claim_next()
-                    if task is None:
+                while not self._stopping:
+                    free = self._free_slots()
+                    claimed = self._claim(free) if free > 0 else []
+                    if not claimed:
                         break
-                    self._capacity_freed()
-                    if self.executor is None:
-                        ctx = TaskContext(task)
-                        self.running[task["taskId"]] = ctx
-                        # Wake once the greenlet has left the pool, so its slot counts as free.
-                        self.pool.spawn(self.execute, ctx).rawlink(lambda _: self._wake.set())
-                    elif not self.executor.submit(task):
-                        self._unclaim(task["taskId"])  # nothing accepted is lost: it waits for the executor
-                        break
+                    for i, (task, row) in enumerate(claimed):
+                        self._capacity_freed()
+                        if self.executor is None:
+                            ctx = TaskContext(task, self, row)
+                            self.running[task["taskId"]] = ctx
+                            # Wake once the greenlet has left the pool, so its slot counts as free.
+                            self.pool.spawn(self.execute, ctx).rawlink(lambda _: self._wake.set())
+                        elif not self.executor.submit(task):
+                            for unsent, _ in claimed[i:]:  # nothing accepted is lost: they wait for the executor
+                                self._unclaim(unsent["taskId"])
+                            break
+                    else:
+                        continue
+                    break
                 if self.executor is not None:
                     self._requeue_lost()
             except Exception:
@@ -473,27 +489,40 @@ class TaskQueue:
             s.execute(update(Task).where(Task.id == task_id, Task.state == "running")
                       .values(state="queued", started_at=None, executor=None))
 
-    def _claim_next(self):
-        now = utcnow()
+    def _claim(self, places):
+        """Claim up to ``places`` queued tasks in one transaction, in the fair policy's order;
+        returns ``[(task view, row)]``.
+
+        The policy picks from the first ``places`` tasks of every (owner, priority), as it
+        would one dispatch at a time. A task another host claimed meanwhile is skipped
+        (its conditional update matches nothing); if every pick was taken that way, try again.
+        """
         executor = "embedded" if self.executor is None else self.executor.name
-        for _ in range(5):  # another host may claim the same head; try the next
+        for _ in range(5):
+            now = utcnow()
             with self.host.db.engine.begin() as conn:
-                heads = {(o, p): q for o, p, q in conn.execute(_HEADS)}
-                choice = self.policy.pick(heads, now)
-                if choice is None:
-                    return None
-                owner, priority = choice
-                row = conn.execute(_HEAD, {"owner": owner, "priority": priority}).one_or_none()
-                if row is None:
-                    continue
+                queues = collections.defaultdict(collections.deque)
+                for row in _HEADS.rows(conn, {"depth": places}):
+                    queues[(row.owner, row.priority)].append(row)
+                picked = []
+                while len(picked) < places:
+                    choice = self.policy.pick({key: q[0].queued_at for key, q in queues.items() if q}, now)
+                    if choice is None:
+                        break
+                    picked.append(queues[choice].popleft())
+                if not picked:
+                    return []
                 started = utcnow()
-                claimed = update_where(conn, _K, {"id": row.id, "state": "queued"},
-                                       {"state": "running", "started_at": started, "executor": executor,
-                                        "claimed_by": self.host.instance_id}).rowcount
-                if claimed == 1:
-                    return task_view(Record({**row._mapping, "state": "running", "started_at": started,
-                                           "executor": executor, "claimed_by": self.host.instance_id}))
-        return None
+                claimed = []
+                for row in picked:
+                    values = {"state": "running", "started_at": started, "executor": executor,
+                              "claimed_by": self.host.instance_id}
+                    if update_where(conn, _K, {"id": row.id, "state": "queued"}, values) == 1:
+                        record = Record({**row, **values})
+                        claimed.append((task_view(record), record))
+            if claimed:
+                return claimed
+        return []
 
     def execute_by_id(self, task_id):
         """The RQ job body: the same ``execute`` as the embedded pool, in a ``core worker`` process."""
@@ -502,7 +531,8 @@ class TaskQueue:
             if row is None or row.state != "running":
                 return  # cancelled or failed while it waited in Redis
             task = task_view(row)
-        ctx = TaskContext(task)
+            columns = Record({c.key: getattr(row, c.key) for c in _K.columns})
+        ctx = TaskContext(task, self, columns)
         self.running[task_id] = ctx  # first: a cancel from now on finds it here ...
         with self.host.db.session() as s:  # ... and one from before is on the row
             if s.get(Task, task_id).cancel_requested:
@@ -529,17 +559,23 @@ class TaskQueue:
             state, error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         finally:
             self.running.pop(task["taskId"], None)
-        self._record_end(task, state, output, error)
-
-    def _record_end(self, task, state, output, error):
-        with self.host.db.engine.begin() as conn:
-            update_where(conn, _K, {"id": task["taskId"]},
-                         {"state": state, "finished_at": utcnow(), "error": error,
-                          "output": json.dumps(output, default=str) if output is not None else None})
-            view = task_view(conn.execute(_BY_ID, {"task_id": task["taskId"]}).one())
+        if ctx.ended is None:
+            with self.host.db.engine.begin() as conn:
+                view = self.end_in(conn, task, state, output, error, row=ctx.row)
+        else:
+            view = ctx.ended  # the body ended it in its own last transaction
         self._finished_hook(view)
         self.host.events.publish(f"task:{task['taskId']}", "task", view)
         self.wake()
+
+    def end_in(self, conn, task, state, output, error, row=None):
+        """Write a task's end on ``conn`` (the caller commits); returns the task's final view."""
+        values = {"state": state, "finished_at": utcnow(), "error": error,
+                  "output": json.dumps(output, default=str) if output is not None else None}
+        update_where(conn, _K, {"id": task["taskId"]}, values)
+        if row is None:
+            return task_view(Record(conn.execute(_BY_ID, {"task_id": task["taskId"]}).one()._mapping))
+        return task_view(Record({**row, **values}))
 
     def _capacity_freed(self):
         for listener in list(self.capacity_listeners):
@@ -554,7 +590,6 @@ class TaskQueue:
                 listener(view)
             except Exception:
                 log.exception("task listener failed")
-
 
 
 class TaskFailed(Exception):
@@ -574,6 +609,21 @@ class TaskCancelled(Exception):
 
 
 class TaskContext:
-    def __init__(self, task):
+    """What a task body gets besides its task: the cancel signal, and a way to end the task
+    inside the body's own last transaction."""
+
+    def __init__(self, task, queue, row=None):
         self.task = task
+        self.queue = queue
+        self.row = row  # the task's columns when claimed (a view rounds its times to the millisecond)
         self.cancelled = Event()
+        self.ended = None  # the task's final view, once the body's transaction that ended it committed
+
+    def end_in(self, conn, state, output=None, error=None):
+        """Write the task's end on the body's connection, so that the work's end and the task's
+        end commit together (one transaction fewer per task); returns the final view.
+
+        The body sets ``ended`` to that view once its transaction has committed; until then
+        the queue writes the end itself after the body returns.
+        """
+        return self.queue.end_in(conn, self.task, state, output, error, row=self.row)

@@ -86,17 +86,23 @@ class ToolCatalog:
         self._tools = {}
         self._lock = threading.Lock()
         self.listeners = []  # callables(event, name): "added" / "removed"
+        # Counts changes: what was checked against the catalog at one generation (a plan)
+        # still holds while the generation is the same.
+        self.generation = 0
 
     def add(self, tool):
         with self._lock:
             if tool.name in self._tools:
                 raise ValueError(f"tool name {tool.name!r} is already registered")
             self._tools[tool.name] = tool
+            self.generation += 1
         self._notify("added", tool.name)
 
     def remove(self, name):
         with self._lock:
             removed = self._tools.pop(name, None)
+            if removed is not None:
+                self.generation += 1
         if removed is not None:
             self._notify("removed", name)
         return removed is not None

@@ -1,4 +1,5 @@
 """The plan-and-execute engine: runs an AgentPlan as a dependency graph, with gates, retries and cancel."""
+import collections
 import json
 import logging
 import secrets
@@ -22,6 +23,7 @@ CONTROL = "agent-control"  # bus channel for approvals and cancels of runs in ot
 DISPLAY_CAP = 16 * 1024  # bytes of JSON shown per step result on the stream and in history
 DEFAULT_CONCURRENCY = 8
 MAX_ERROR_CHARS = 4000
+PLAN_CACHE = 64  # checked drafts kept (see Engine._checked_plan)
 DEFAULT_CANCEL_GRACE = 5.0  # seconds a running tool has to notice ctx.cancelled before it is stopped
 
 
@@ -48,6 +50,10 @@ class ActiveRun:
         self.gate_slot = Semaphore(1)
         self.greenlet = None
         self.lock = RLock()
+        self.end_task = None  # writes the run's task's end with the run's end (see Engine.execute)
+        self.announced = set()  # step indexes whose first step_start was written with the plan
+        self.last_result = []  # the last step's step_complete, written with the run's end
+        self.task_ended = None
 
 
 def display(result):
@@ -65,6 +71,7 @@ class Engine:
         self.active = {}
         self.concurrency = max(1, int(host.config.get("agent.step-concurrency", DEFAULT_CONCURRENCY)))
         self.cancel_grace = float(host.config.get("agent.cancel-grace-seconds", DEFAULT_CANCEL_GRACE))
+        self._plans = collections.OrderedDict()  # (draft text, catalog generation) -> _checked_plan's answer
 
     # -- starting ------------------------------------------------------------------------
 
@@ -80,13 +87,19 @@ class Engine:
         active = ActiveRun(run_id)
         self._finish(active, status, error=error)
 
-    def execute(self, run_id, *, resume=False):
+    def execute(self, run_id, *, resume=False, end_task=None):
         """Run to the end in the calling greenlet (the body of an ``agent_run`` task); returns
-        the run's final ``(status, error)``."""
+        the run's final ``(status, error, ended)``.
+
+        ``end_task(conn, status, error)`` writes the task's end in the transaction that writes
+        the run's end; ``ended`` is its answer once that committed, else None.
+        """
         active = ActiveRun(run_id)
         active.greenlet = gevent.getcurrent()
+        active.end_task = end_task
         self.active[run_id] = active
-        return self._execute(active, resume)
+        status, error = self._execute(active, resume)
+        return status, error, active.task_ended
 
     def stop_all(self):
         """Host shutdown: stop every run where it is, without finishing it.
@@ -213,11 +226,14 @@ class Engine:
         run_id = active.run_id
         status, error, result = "failed", None, None
         try:
-            row = self.store.load(run_id)
-            run = {"config": json.loads(row.config), "inputs": json.loads(row.inputs),
-                   "goal": row.goal, "owner": row.owner,
-                   "plan": json.loads(row.plan) if row.plan else None}
-            plan, rows = self._plan(active, run, resume)
+            # An unattended run reads itself and writes its start on one connection; a run
+            # whose plan waits for a person must not hold a connection while it waits.
+            with self.store.connection() as conn:
+                row = self.store.load_to_run(run_id, conn)
+                run = {"config": json.loads(row.config), "inputs": json.loads(row.inputs),
+                       "goal": row.goal, "owner": row.owner, "plan_text": row.plan, "last_seq": row.last_seq or 0}
+                planned = self._plan(active, run, resume, conn) if _unattended(run, resume) else None
+            plan, rows = planned if planned is not None else self._plan(active, run, resume)
             result = self._run_steps(active, run, plan, rows)
             status = "complete"
         except RunCancelled:
@@ -227,34 +243,35 @@ class Engine:
         except Exception as exc:  # the engine itself must never leave a run hanging
             log.exception("run %s crashed", run_id)
             error = f"internal error: {type(exc).__name__}"
-        # GreenletExit (host shutdown) skips this on purpose: the run stays active and
-        # is marked recovery-required at the next start.
+        except gevent.GreenletExit:
+            # Host shutdown skips the end on purpose: the run stays active and is marked
+            # recovery-required at the next start. A step that completed keeps its result.
+            self._write_last_result(active)
+            raise
         self._finish(active, status, error=error, result=result)
         return status, error
 
-    def _plan(self, active, run, resume):
+    def _plan(self, active, run, resume, conn=None):
         """Validate the draft and publish it; returns (plan, step rows).
 
         An unattended run (``planApproval: auto``, not a resume) writes its plan events,
-        step rows and ``running`` status in one transaction.
+        step rows and ``running`` status in one transaction (on ``conn`` when given).
         """
         run_id = active.run_id
-        draft = run["plan"]
-        if draft is None:
+        if run["plan_text"] is None:
             raise _RunFailed("no planner is available: send a plan in config.plan")
-        try:
-            plan = plans.validate(draft, tools=self.host.tools)
-        except plans.PlanError as exc:
-            raise _RunFailed(f"invalid plan: {exc}") from None
+        plan, shown, shown_text, events = self._checked_plan(run["plan_text"])
         check_max_steps(plan, run["config"])
-        shown = public_plan(plan)
-        text = json.dumps(shown)
-        # The whole draft in order: tokens, then plan_ready.
-        events = [("plan_token", {"text": text[i:i + 256]}) for i in range(0, len(text), 256)]
-        events.append(("plan_ready", {"plan": shown}))
-        needs_review = resume or run["config"].get("planApproval", "required") != "auto"
-        if not needs_review:
-            rows = self.store.plan_ready(run_id, shown, events, start_steps=plan)
+        if _unattended(run, resume):
+            wave = self._first_wave(plan, run)
+
+            def starting(rows):
+                invocations = {r.index: r.invocation_id for r in rows}
+                return [(step["index"], *self._start_record(step, 1, invocations[step["index"]])) for step in wave]
+
+            rows = self.store.plan_ready(run_id, shown, events, start_steps=plan, starting=starting,
+                                         fresh=not run["last_seq"], plan_text=shown_text, conn=conn)
+            active.announced = {step["index"] for step in wave}
             return plan, rows
         self.store.plan_ready(run_id, shown, events)
         self.store.set_status(run_id, "awaiting_plan_approval")
@@ -267,6 +284,51 @@ class Engine:
         rows = self.store.ensure_steps(run_id, plan)
         self.store.set_status(run_id, "running", plan=public_plan(plan))
         return plan, rows
+
+    def _first_wave(self, plan, run):
+        """The steps an unattended run starts at once, when their ``step_start`` can join the
+        plan's transaction: every step without dependencies, when none of them waits for
+        approval or is skipped by its ``runWhen`` (those write other events first), up to
+        the step concurrency (the rest wait for a place in the pool)."""
+        roots = [step for step in plan["steps"] if not step["dependsOn"]]
+        if any(step["approval"] or not plans.condition_holds(step["runWhen"], run["inputs"], {}) for step in roots):
+            return []
+        return roots[:self.concurrency]
+
+    @staticmethod
+    def _start_record(step, attempt, invocation_id):
+        """The ``step_start`` event of an attempt and the step row's change that goes with it."""
+        data = {"index": step["index"], "id": step["id"], "title": step["title"], "tool": step["tool"],
+                "attempt": attempt, "invocationId": invocation_id}
+        return data, {"status": "running", "attempts": attempt, "started_at": utcnow(), "finished_at": None,
+                      "error": None}
+
+    def _checked_plan(self, text):
+        """(normalised plan, its public form, that as JSON, its plan events) for a stored draft.
+
+        Runs of one workflow revision store the same draft, so the answer is kept per
+        (draft text, tool catalog generation): a catalog change checks the draft again.
+        The cached objects are shared between runs and never modified.
+        """
+        key = (text, self.host.tools.generation)
+        checked = self._plans.get(key)
+        if checked is not None:
+            self._plans.move_to_end(key)
+            return checked
+        try:
+            plan = plans.validate(json.loads(text), tools=self.host.tools)
+        except plans.PlanError as exc:
+            raise _RunFailed(f"invalid plan: {exc}") from None
+        shown = public_plan(plan)
+        shown_text = json.dumps(shown)
+        # The whole draft in order: tokens, then plan_ready; each with its data as JSON already.
+        events = [("plan_token", {"text": shown_text[i:i + 256]}) for i in range(0, len(shown_text), 256)]
+        events.append(("plan_ready", {"plan": shown}))
+        events = [(event, data, json.dumps(data)) for event, data in events]
+        checked = self._plans[key] = (plan, shown, shown_text, events)
+        while len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        return checked
 
     def _edited_plan(self, run_id, run, edited):
         # The approve endpoint validated it; validate again against the live catalog.
@@ -366,11 +428,11 @@ class Engine:
                     raise RunCancelled()
                 attempt += 1
                 started = time.monotonic()
-                self.store.emit(run_id, "step_start", {"index": index, "id": step["id"], "title": step["title"],
-                                                       "tool": step["tool"], "attempt": attempt,
-                                                       "invocationId": invocation_id},
-                                step=(index, {"status": "running", "attempts": attempt, "started_at": utcnow(),
-                                              "finished_at": None, "error": None}))
+                if attempt == 1 and index in active.announced:
+                    active.announced.discard(index)  # its start was written with the plan
+                else:
+                    data, values = self._start_record(step, attempt, invocation_id)
+                    self.store.emit(run_id, "step_start", data, step=(index, values))
                 try:
                     result = self._call(active, run, step, outputs, invocation_id)
                 except _StepFailed as exc:
@@ -389,12 +451,17 @@ class Engine:
                     self._halt(active)  # the run fails: stop the steps still running
                     return
                 shown, truncated = display(result)
-                # The result row and its event commit together, before anyone hears of either.
-                self.store.emit(run_id, "step_complete", {
-                    "index": index, "id": step["id"], "result": shown, "resultTruncated": truncated,
-                    "attempts": attempt, "durationMs": int((time.monotonic() - started) * 1000)},
-                    step=(index, {"status": "complete", "result": json.dumps(result),
-                                  "result_truncated": truncated, "finished_at": utcnow()}))
+                data = {"index": index, "id": step["id"], "result": shown, "resultTruncated": truncated,
+                        "attempts": attempt, "durationMs": int((time.monotonic() - started) * 1000)}
+                values = {"status": "complete", "result": json.dumps(result), "result_truncated": truncated,
+                          "finished_at": utcnow()}
+                if all(st in ("complete", "skipped") for i, st in state.items() if i != index):
+                    # The last step: nothing else can start after it, so its result joins the
+                    # run's end (Engine._finish), one transaction instead of two.
+                    active.last_result.append(("step_complete", data, (index, values)))
+                else:
+                    # The result row and its event commit together, before anyone hears of either.
+                    self.store.emit(run_id, "step_complete", data, step=(index, values))
                 outputs[step["id"]] = result
                 state[index] = "complete"
                 return
@@ -460,6 +527,8 @@ class Engine:
     # -- the end -------------------------------------------------------------------------
 
     def _finish(self, active, status, *, error=None, result=None):
+        """Write the run's end, its notification and (when given) its task's end in one
+        transaction; then publish, announce the notification and call ``run_finished``."""
         run_id = active.run_id
         if status == "complete":
             event, data, streamed = "complete", {"runId": run_id, **(result or {})}, True
@@ -467,9 +536,38 @@ class Engine:
             event, data, streamed = "error", {"message": error}, True
         else:
             event, data, streamed = "cancelled", {"runId": run_id}, False
+        center = self.host.service("notifications")
+        note = None
+        if center is not None:
+            try:
+                note = center.check(
+                    source="agent", level={"complete": "success", "failed": "error"}.get(status, "info"),
+                    title={"complete": "Run complete", "failed": "Run failed"}.get(status, "Run cancelled"),
+                    body=None if status == "complete" else (error or "")[:4000] or None,
+                    link=f"agent/runs/{run_id}")
+            except Exception:
+                log.exception("run %s: notification failed", run_id)
+
+        def also(conn):
+            staged = center.insert(conn, note) if note is not None else None
+            ended = active.end_task(conn, status, error) if active.end_task is not None else None
+            return staged, ended
+
+        staged = None
+        end = {"error": None if status == "complete" else error, "result": result, "event": event, "data": data,
+               "streamed": streamed, "before": active.last_result}
         try:
-            self.store.finish(run_id, status, error=None if status == "complete" else error, result=result,
-                              event=event, data=data, streamed=streamed)
+            try:
+                staged, active.task_ended = self.store.finish(run_id, status, also=also, **end)
+            except gevent.GreenletExit:
+                self._write_last_result(active)  # shutdown: as in _execute
+                raise
+            except Exception:
+                # Rolled back whole: record the run's end alone; the task queue then ends the
+                # task itself, and the notification is created on its own below.
+                log.warning("run %s: its end, notification and task end failed together; "
+                            "recording the end alone", run_id, exc_info=True)
+                self.store.finish(run_id, status, **end)
         except Exception:
             log.exception("run %s: could not record its end", run_id)
         finally:
@@ -477,18 +575,29 @@ class Engine:
             if self.active.get(run_id) is active:
                 del self.active[run_id]
             self.store.forget(run_id)
-        center = self.host.service("notifications")
-        if center is not None:
-            level = {"complete": "success", "failed": "error"}.get(status, "info")
-            title = {"complete": "Run complete", "failed": "Run failed"}.get(status, "Run cancelled")
-            body = None if status == "complete" else (error or "")[:4000] or None
-            try:
-                center.create(source="agent", level=level, title=title, body=body, link=f"agent/runs/{run_id}")
-            except Exception:
-                log.exception("run %s: notification failed", run_id)
+        try:
+            if staged is not None:
+                center.announce(staged)
+            elif note is not None:  # the end's transaction failed: the notification still goes out
+                center.create(**{k: note[k] for k in ("source", "level", "title", "body", "link")})
+        except Exception:
+            log.exception("run %s: notification failed", run_id)
         self.host.plugins.notify("run_finished", host=self.host,
                                  run={"runId": run_id, "status": status,
                                       "error": None if status == "complete" else error})
+
+    def _write_last_result(self, active):
+        for event, data, step in active.last_result:
+            try:
+                self.store.emit(active.run_id, event, data, step=step)
+            except Exception:
+                log.exception("run %s: could not record its last step's result", active.run_id)
+        active.last_result = []
+
+
+def _unattended(run, resume):
+    """Whether the run starts without a plan review: ``planApproval: auto``, and not a resume."""
+    return not resume and run["config"].get("planApproval", "required") == "auto"
 
 
 class _RunFailed(Exception):

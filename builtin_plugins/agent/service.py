@@ -32,14 +32,15 @@ class AgentService:
 
     def start_run(self, goal, config, *, owner=OWNER, plan=None, inputs=None, workflow_id=None,
                   workflow_revision=None, parent_run_id=None, priority="interactive", source=None,
-                  session=None):
+                  session=None, task_id=None):
         """Create a run and admit its background task; returns the run id.
 
         ``plan`` (or ``config.plan``) is the draft plan. A ``config.plan`` is checked here
         (400 with per-field errors) so a bad plan never becomes a run; ``plan`` comes from
         a caller that validated it already. The run row and its task are written in one
         transaction (the caller's ``session`` when given, as a webhook delivery does), so
-        a 429 from admission leaves no run behind.
+        a 429 from admission leaves no run behind. ``task_id`` names the task to admit
+        (see ``TaskQueue.admit``).
         """
         draft = plan
         if draft is None and config.get("plan") is not None:
@@ -52,7 +53,7 @@ class AgentService:
                                        workflow_id=workflow_id, workflow_revision=workflow_revision,
                                        parent_run_id=parent_run_id, session=s)
             self.host.tasks.admit(owner, priority, "agent_run", {"runId": run_id, "resume": False},
-                                  source=source or priority, run_id=run_id, session=s)
+                                  source=source or priority, run_id=run_id, session=s, task_id=task_id)
             return run_id
 
         if session is not None:
@@ -80,7 +81,15 @@ class AgentService:
         if ctx.cancelled.is_set():  # cancelled while it waited for an executor
             self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
             raise TaskCancelled({"runId": run_id, "status": "cancelled"})
-        status, error = self.engine.execute(run_id, resume=bool(task["payload"].get("resume")))
+
+        def end_task(conn, status, error):
+            # The task's end, written in the transaction of the run's end (see Engine.execute).
+            state = {"complete": "succeeded", "failed": "failed"}.get(status, "cancelled")
+            reason = {"succeeded": None, "cancelled": "cancelled"}.get(state, error or "the run failed")
+            return ctx.end_in(conn, state, {"runId": run_id, "status": status}, reason)
+
+        status, error, ctx.ended = self.engine.execute(run_id, resume=bool(task["payload"].get("resume")),
+                                                       end_task=end_task)
         output = {"runId": run_id, "status": status}
         if status == "failed":
             raise TaskFailed(error or "the run failed", output)

@@ -6,12 +6,13 @@ the database work itself (docs/performance.md, "Background tasks and webhooks").
 """
 import json
 import uuid
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 from gevent.lock import RLock
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from core.db import connection_of, isoformat, update_where, utcnow
+from core.db import Prepared, connection_of, isoformat, update_where, utcnow
 from core.errors import NotFound
 
 from .models import Run, RunEvent, StepExecution
@@ -24,19 +25,29 @@ _R, _S, _E = Run.__table__, StepExecution.__table__, RunEvent.__table__
 
 _LOAD = select(_R).where(_R.c.id == bindparam("run_id"))
 _LAST_SEQ = select(func.max(_E.c.seq)).where(_E.c.run_id == bindparam("run_id"))
-_INSERT_RUN = insert(_R)
-_INSERT_EVENT = insert(_E)
-_INSERT_STEP = insert(_S)
-_STEPS = select(_S).where(_S.c.run_id == bindparam("run_id")).order_by(_S.c.index)
+# The run to execute and its last event seq, in one read (the seq then counts on in memory).
+_LOAD_TO_RUN = Prepared(select(_R, _LAST_SEQ.scalar_subquery().label("last_seq"))
+                        .where(_R.c.id == bindparam("run_id")))
+_INSERT_RUN = Prepared(insert(_R))
+_INSERT_EVENT = Prepared(insert(_E))
+_INSERT_STEP = Prepared(insert(_S))
+_STEPS = Prepared(select(_S).where(_S.c.run_id == bindparam("run_id")).order_by(_S.c.index))
 
 
 def channel(run_id):
     return f"run:{run_id}"
 
 
+def _new_step(run_id, step):
+    """A step's execution row before it first runs, with its invocation id."""
+    return SimpleNamespace(run_id=run_id, index=step["index"], step_id=step["id"], invocation_id=str(uuid.uuid4()),
+                           status="pending", attempts=0, started_at=None, finished_at=None, result=None, error=None,
+                           result_truncated=False)
+
+
 def _step_row(row):
     # A namespace, not the Row: a Row's .index is the tuple method, not the column.
-    return SimpleNamespace(**row._mapping)
+    return SimpleNamespace(**row)
 
 
 class RunStore:
@@ -63,8 +74,15 @@ class RunStore:
     def db(self):
         return self.host.db
 
-    def _begin(self):
-        return self.db.engine.begin()
+    @contextmanager
+    def _begin(self, conn=None):
+        """A transaction: on ``conn`` when given (yielding it), else on a pooled connection."""
+        if conn is None:
+            with self.db.engine.begin() as own:
+                yield own
+        else:
+            with conn.begin():
+                yield conn
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -79,10 +97,10 @@ class RunStore:
                   "workflow_revision": workflow_revision, "parent_run_id": parent_run_id,
                   "result": None, "error": None, "created_at": now, "updated_at": now, "finished_at": None}
         if session is not None:
-            connection_of(session).execute(_INSERT_RUN, values)
+            _INSERT_RUN.execute(connection_of(session), values)
         else:
             with self._begin() as conn:
-                conn.execute(_INSERT_RUN, values)
+                _INSERT_RUN.execute(conn, values)
         return run_id
 
     def load(self, run_id, owner=None):
@@ -91,6 +109,27 @@ class RunStore:
             run = conn.execute(_LOAD, {"run_id": run_id}).one_or_none()
         if run is None or (owner is not None and run.owner != owner):
             raise NotFound("run")
+        return run
+
+    def connection(self):
+        """A connection to read a run and then write its start on (``load_to_run``, ``plan_ready``)."""
+        return self.db.engine.connect()
+
+    def load_to_run(self, run_id, conn=None):
+        """The run's row for the process about to execute it; its event seq is cached from here.
+
+        On ``conn`` when given; no transaction stays open on it afterwards.
+        """
+        if conn is None:
+            with self.connection() as own:
+                return self.load_to_run(run_id, own)
+        run = _LOAD_TO_RUN.first(conn, {"run_id": run_id})
+        if conn.in_transaction():  # read through SQLAlchemy (an engine listener is attached)
+            conn.rollback()
+        if run is None:
+            raise NotFound("run")
+        with self._lock(run_id):
+            self._seq[run_id] = run.last_seq or 0
         return run
 
     @staticmethod
@@ -107,23 +146,45 @@ class RunStore:
         with self._begin() as conn:
             update_where(conn, _R, {"id": run_id}, self._status_values(status, fields))
 
-    def finish(self, run_id, status, *, error, result, event, data, streamed):
+    def finish(self, run_id, status, *, error, result, event, data, streamed, also=None, before=()):
         """The terminal status and the terminal event in one transaction, then publish.
 
         A stream that finds the run terminal therefore also finds its last event.
+        ``before``: streamed events, each with its step row change ``(index, values)``,
+        that precede the terminal event in the same transaction (the last step's result).
+        ``also(conn)``: more to write in that transaction (the run's task's end); its
+        answer is returned once the transaction has committed.
         """
+        extra = None
         with self._lock(run_id):
             now = utcnow()
-            with self._begin() as conn:
-                seq = self._next_seq(conn, run_id)
-                update_where(conn, _R, {"id": run_id}, {
-                    "status": status, "error": error, "result": json.dumps(result) if result is not None else None,
-                    "updated_at": now, "finished_at": now})
-                conn.execute(_INSERT_EVENT, {"run_id": run_id, "seq": seq, "type": event, "data": json.dumps(data),
-                                             "streamed": streamed, "created_at": now})
+            last_seq = self._seq.get(run_id)
+            try:
+                with self._begin() as conn:
+                    if also is not None:
+                        extra = also(conn)
+                    first = None
+                    if before:
+                        for _, _, (index, values) in before:
+                            update_where(conn, _S, {"run_id": run_id, "index": index}, values)
+                        first = self._insert_events(conn, run_id, [(e, d) for e, d, _ in before], True)
+                    seq = self._next_seq(conn, run_id)
+                    update_where(conn, _R, {"id": run_id}, {
+                        "status": status, "error": error,
+                        "result": json.dumps(result) if result is not None else None,
+                        "updated_at": now, "finished_at": now})
+                    _INSERT_EVENT.execute(conn, {"run_id": run_id, "seq": seq, "type": event,
+                                                 "data": json.dumps(data), "streamed": streamed, "created_at": now})
+            except BaseException:
+                if last_seq is not None:  # nothing was written: the next attempt numbers from here
+                    self._seq[run_id] = last_seq
+                raise
             self._seq[run_id] = seq
+            if before:
+                self._publish(run_id, [(e, d) for e, d, _ in before], first, True)
             if streamed:
                 self.host.events.publish_item(channel(run_id), (event, data, seq))
+        return extra
 
     def claim_resume(self, run_id, owner):
         """Move a resumable run back to planning, exactly once; writes the ``resumed`` marker event.
@@ -143,7 +204,7 @@ class RunStore:
                 conn.execute(update(_S).where(_S.c.run_id == run_id, _S.c.status.notin_(("complete", "skipped")))
                              .values(status="pending", error=None, attempts=0, started_at=None, finished_at=None))
                 seq = self._next_seq(conn, run_id)
-                conn.execute(_INSERT_EVENT, {"run_id": run_id, "seq": seq, "type": "resumed",
+                _INSERT_EVENT.execute(conn, {"run_id": run_id, "seq": seq, "type": "resumed",
                                              "data": json.dumps({"from": previous}), "streamed": False,
                                              "created_at": utcnow()})
             self._seq[run_id] = seq
@@ -160,21 +221,39 @@ class RunStore:
 
     # -- the plan ------------------------------------------------------------------------
 
-    def plan_ready(self, run_id, plan, events, *, start_steps=None):
+    def plan_ready(self, run_id, plan, events, *, start_steps=None, starting=None, fresh=False, plan_text=None,
+                   conn=None):
         """The draft's status, plan and events in one transaction, then published.
 
         ``start_steps`` (the normalised plan, when nothing waits for approval): the step
         rows and the ``running`` status join the same transaction, and the step rows are
         returned, so an unattended run starts with one commit instead of four.
+        ``starting(rows)``: the steps that start at once, as ``(index, step_start data,
+        step row values)``; their starts join the transaction too, after the plan's events.
+        ``fresh``: the run has never written an event, so it has no step rows yet (they are
+        only ever written with or after its plan's events): they are inserted as they start,
+        without looking for existing ones. ``plan_text``: ``plan`` as JSON, when the caller has it.
+        ``conn``: the connection the run was loaded on (the transaction begins on it).
         """
         with self._lock(run_id):
-            with self._begin() as conn:
+            with self._begin(conn) as conn:
                 rows = None
-                if start_steps is None:
-                    update_where(conn, _R, {"id": run_id}, self._status_values("planning", {"plan": plan}))
-                else:
-                    rows = self._ensure_steps(conn, run_id, start_steps)
-                    update_where(conn, _R, {"id": run_id}, self._status_values("running", {"plan": plan}))
+                status = "planning" if start_steps is None else "running"
+                values = self._status_values(status, {})
+                values["plan"] = plan_text if plan_text is not None else json.dumps(plan)
+                update_where(conn, _R, {"id": run_id}, values)
+                if start_steps is not None:
+                    rows = ([_new_step(run_id, step) for step in start_steps["steps"]] if fresh
+                            else self._ensure_steps(conn, run_id, start_steps))
+                    started = starting(rows) if starting is not None else []
+                    for index, _, change in started:
+                        if fresh:
+                            vars(rows[index]).update(change)  # inserted below, already started
+                        else:
+                            update_where(conn, _S, {"run_id": run_id, "index": index}, change)
+                    if fresh:
+                        _INSERT_STEP.execute(conn, [dict(vars(r)) for r in rows])
+                    events = [*events, *(("step_start", data) for _, data, _ in started)]
                 first = self._insert_events(conn, run_id, events, True)
             self._publish(run_id, events, first, True)
             return rows
@@ -187,15 +266,12 @@ class RunStore:
             return self._ensure_steps(conn, run_id, plan)
 
     def _ensure_steps(self, conn, run_id, plan):
-        existing = {row.index: row for row in map(_step_row, conn.execute(_STEPS, {"run_id": run_id}))}
+        existing = {row.index: row for row in map(_step_row, _STEPS.rows(conn, {"run_id": run_id}))}
         new = []
         for step in plan["steps"]:
             row = existing.get(step["index"])
             if row is None:
-                row = SimpleNamespace(run_id=run_id, index=step["index"], step_id=step["id"],
-                                      invocation_id=str(uuid.uuid4()), status="pending", attempts=0,
-                                      started_at=None, finished_at=None, result=None, error=None,
-                                      result_truncated=False)
+                row = _new_step(run_id, step)
                 new.append(vars(row))
                 existing[step["index"]] = row
             elif row.step_id != step["id"]:
@@ -207,7 +283,7 @@ class RunStore:
                     step_id=row.step_id, invocation_id=row.invocation_id, status="pending", attempts=0,
                     result=None, error=None, result_truncated=False, started_at=None, finished_at=None))
         if new:
-            conn.execute(_INSERT_STEP, [dict(r) for r in new])
+            _INSERT_STEP.execute(conn, [dict(r) for r in new])
         gone = [index for index in existing if index >= len(plan["steps"])]
         if gone:
             conn.execute(delete(_S).where(_S.c.run_id == run_id, _S.c.index.in_(gone)))
@@ -215,7 +291,7 @@ class RunStore:
 
     def steps(self, run_id):
         with self.db.engine.connect() as conn:
-            rows = [_step_row(r) for r in conn.execute(_STEPS, {"run_id": run_id})]
+            rows = [_step_row(r) for r in _STEPS.rows(conn, {"run_id": run_id})]
         return rows
 
     def update_step(self, run_id, index, **values):
@@ -244,16 +320,18 @@ class RunStore:
         """Insert ``events`` after the run's last seq; returns the first new seq (the caller holds the lock)."""
         first = self._next_seq(conn, run_id)
         now = utcnow()
-        conn.execute(_INSERT_EVENT, [{"run_id": run_id, "seq": first + offset, "type": event,
-                                      "data": json.dumps(data), "streamed": streamed, "created_at": now}
-                                     for offset, (event, data) in enumerate(events)])
+        # An event may carry its data already as JSON text, third (a cached plan's events).
+        _INSERT_EVENT.execute(conn, [{"run_id": run_id, "seq": first + offset, "type": item[0],
+                                      "data": item[2] if len(item) > 2 else json.dumps(item[1]),
+                                      "streamed": streamed, "created_at": now}
+                                     for offset, item in enumerate(events)])
         self._seq[run_id] = first + len(events) - 1
         return first
 
     def _publish(self, run_id, events, first, streamed):
         if streamed:
-            for offset, (event, data) in enumerate(events):
-                self.host.events.publish_item(channel(run_id), (event, data, first + offset))
+            for offset, item in enumerate(events):
+                self.host.events.publish_item(channel(run_id), (item[0], item[1], first + offset))
 
     def events(self, run_id, streamed_only=False, since_resume=False):
         """Ordered audit events; ``since_resume``: only those after the last ``resumed`` marker."""

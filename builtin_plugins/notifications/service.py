@@ -3,7 +3,7 @@ import logging
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from core.db import Record, isoformat, utcnow
+from core.db import Prepared, Record, isoformat, utcnow
 from core.errors import NotFound
 
 from .models import Notification
@@ -20,9 +20,12 @@ MAX_ID = 2**31 - 1
 
 _N = Notification.__table__
 # The create path's statements, built once: the agent writes one notification per run end.
-_INSERT = insert(_N)
-_PRUNE_THRESHOLD = select(_N.c.id).order_by(_N.c.id.desc()).offset(bindparam("skip")).limit(1)
-_PRUNE = delete(_N).where(_N.c.id < bindparam("threshold"))
+_INSERT = Prepared(insert(_N))
+_PRUNE_THRESHOLD = Prepared(select(_N.c.id).order_by(_N.c.id.desc()).offset(bindparam("skip")).limit(1))
+_PRUNE = Prepared(delete(_N).where(_N.c.id < bindparam("threshold")))
+# One statement where the database allows a subquery on the table it deletes from (SQLite).
+_PRUNE_OLDEST = Prepared(delete(_N).where(_N.c.id < (select(_N.c.id).order_by(_N.c.id.desc())
+                                                     .offset(bindparam("skip")).limit(1).scalar_subquery())))
 _CHECK = NotificationIn()  # a schema instance is reusable, and costly to build per call
 
 
@@ -52,18 +55,38 @@ class NotificationCenter:
         bridge, the agent) cannot store what the API would refuse; a bad value raises
         ``marshmallow.ValidationError``.
         """
-        fields = _CHECK.load({"source": source, "level": level, "title": title, "body": body, "link": link})
-        values = {**fields, "read": False, "created_at": utcnow(), "read_at": None}
+        values = self.check(source, level, title, body, link)
         with self.host.db.engine.begin() as conn:
-            note_id = conn.execute(_INSERT, values).inserted_primary_key[0]
-        note = view(Record({**values, "id": note_id}))
-        self._prune()
-        self.host.plugins.notify("notification_created", host=self.host, notification=note)
-        self.host.events.publish(CHANNEL, "notification", note)
+            note = self.insert(conn, values)
+        self.announce(note)
         return note
 
+    # A producer whose own transaction should carry the notification (a run's end) uses
+    # the three steps of create: check before its transaction, insert in it, announce after.
+
+    def check(self, source, level, title, body=None, link=None):
+        """The row values of a notification, validated (``marshmallow.ValidationError``)."""
+        fields = _CHECK.load({"source": source, "level": level, "title": title, "body": body, "link": link})
+        return {**fields, "read": False, "created_at": utcnow(), "read_at": None}
+
+    def insert(self, conn, values):
+        """Write checked values on ``conn`` (the caller commits); returns the notification's view."""
+        note_id = _INSERT.insert_id(conn, values)
+        if self._serialised_writes:
+            # SQLite runs one write transaction at a time, and this one sees every row
+            # committed before it: pruning here is exact, and saves a transaction.
+            self._prune_on(conn)
+        return view(Record({**values, "id": note_id}))
+
+    def announce(self, note):
+        """After the insert committed: prune, call ``notification_created``, broadcast."""
+        if not self._serialised_writes:
+            self._prune()
+        self.host.plugins.notify("notification_created", host=self.host, notification=note)
+        self.host.events.publish(CHANNEL, "notification", note)
+
     def _prune(self):
-        """Keep the newest ``notifications.retained`` rows; the oldest go.
+        """Keep the newest ``notifications.retained`` rows; the oldest go (PostgreSQL, MySQL).
 
         This runs in its own transaction after the insert committed: a prune inside the
         insert's transaction cannot see rows that concurrent writers commit meanwhile,
@@ -71,14 +94,23 @@ class NotificationCenter:
         of the last commit sees every row. A failed prune is only logged: the row is
         committed, and the next create prunes again.
         """
-        retained = self.host.config["notifications.retained"]
         try:
             with self.host.db.engine.begin() as conn:
-                threshold = conn.execute(_PRUNE_THRESHOLD, {"skip": retained - 1}).scalar()
-                if threshold is not None:
-                    conn.execute(_PRUNE, {"threshold": threshold})
+                self._prune_on(conn)
         except Exception:
             log.warning("pruning old notifications failed; the next create retries", exc_info=True)
+
+    def _prune_on(self, conn):
+        if self._serialised_writes:
+            _PRUNE_OLDEST.execute(conn, {"skip": self.host.config["notifications.retained"] - 1})
+            return
+        threshold = _PRUNE_THRESHOLD.first(conn, {"skip": self.host.config["notifications.retained"] - 1})
+        if threshold is not None:
+            _PRUNE.execute(conn, {"threshold": threshold.id})
+
+    @property
+    def _serialised_writes(self):
+        return self.host.db.kind == "sqlite"
 
     def list(self, limit=50, unread_only=False):
         query = select(Notification).order_by(Notification.id.desc()).limit(limit)
@@ -119,4 +151,3 @@ class NotificationCenter:
             if result.rowcount == 0:
                 raise NotFound("notification")
         return {"ok": True, "id": note_id}
-

@@ -17,7 +17,7 @@ from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core import plans
-from core.db import isoformat, utcnow
+from core.db import Prepared, isoformat, utcnow
 from core.errors import ApiError, NotFound
 from core.tasks import CapacityError, Task
 
@@ -95,8 +95,8 @@ _WITH_TASK = _D.outerjoin(_K, _K.c.id == _D.c.task_id)
 
 # The statements of the delivery path, built once: SQLAlchemy then reuses their cache keys
 # and compiled forms instead of rebuilding them per request (a third of the hook's time).
-_AUTH = select(*_TRIGGER_COLUMNS).where(_T.c.id == bindparam("trigger_id"))
-_AUTH_AND_CLAIM = (
+_AUTH = Prepared(select(*_TRIGGER_COLUMNS).where(_T.c.id == bindparam("trigger_id")))
+_AUTH_AND_CLAIM = Prepared(
     select(*_TRIGGER_COLUMNS, *_DELIVERY_COLUMNS)
     .select_from(_T.outerjoin(_D, and_(_D.c.trigger_id == _T.c.id, _D.c.event_key == bindparam("key")))
                  .outerjoin(_K, _K.c.id == _D.c.task_id))
@@ -105,17 +105,9 @@ _CLAIMED = select(*_DELIVERY_COLUMNS).select_from(_WITH_TASK).where(
     _D.c.trigger_id == bindparam("trigger_id"), _D.c.event_key == bindparam("key"))
 # A shared lock on the trigger row: a delete or rotate commits before (and the delivery is
 # refused) or after the delivery's transaction, never across it.
-_CURRENT_SECRET = (select(_T.c.secret_hash, _T.c.active).where(_T.c.id == bindparam("trigger_id"))
-                   .with_for_update(read=True))
-_CLAIM = insert(_D)
-_PAIR = (update(_D).where(_D.c.id == bindparam("b_delivery_id"))
-         .values(task_id=bindparam("b_task_id"), run_id=bindparam("b_run_id")))
-# The task a delivery's run was just admitted as. tasks.run_id has no index, but the row is
-# still queued inside this transaction, so (state, owner, priority) narrows the search to the
-# owner's few queued normal tasks through ix_tasks_state_owner_priority.
-_ADMITTED_TASK = select(_K.c.id, _K.c.state).where(
-    _K.c.state == "queued", _K.c.owner == bindparam("owner"), _K.c.priority == "normal",
-    _K.c.run_id == bindparam("run_id"))
+_CURRENT_SECRET = Prepared(select(_T.c.secret_hash, _T.c.active).where(_T.c.id == bindparam("trigger_id"))
+                           .with_for_update(read=True))
+_CLAIM = Prepared(insert(_D))
 
 
 @dataclass(frozen=True)
@@ -366,9 +358,9 @@ class Webhooks:
         if len(trigger_id) <= 36:
             with self.db.engine.connect() as conn:
                 if key is None:
-                    row = conn.execute(_AUTH, {"trigger_id": trigger_id}).one_or_none()
+                    row = _AUTH.first(conn, {"trigger_id": trigger_id})
                 else:
-                    row = conn.execute(_AUTH_AND_CLAIM, {"trigger_id": trigger_id, "key": key}).one_or_none()
+                    row = _AUTH_AND_CLAIM.first(conn, {"trigger_id": trigger_id, "key": key})
         live = row is not None and row.active
         matches = hmac.compare_digest(given, row.secret_hash if live else _NO_SECRET)
         if not (live and matches):
@@ -451,20 +443,21 @@ class Webhooks:
 
     def _admit(self, caller, inputs, config):
         with self.db.engine.begin() as conn:
-            current = conn.execute(_CURRENT_SECRET, {"trigger_id": caller.trigger_id}).one_or_none()
-            if current is None or not current.active or not hmac.compare_digest(current.secret_hash,
-                                                                                  caller.secret_hash):
+            current = _CURRENT_SECRET.first(conn, {"trigger_id": caller.trigger_id})
+            live = current is not None and current.active
+            if not (live and hmac.compare_digest(current.secret_hash, caller.secret_hash)):
                 raise unauthorized()
-            delivery_id, received = str(uuid.uuid4()), utcnow()
-            # The claim: a concurrent duplicate waits on the unique key here, then fails.
-            conn.execute(_CLAIM, {"id": delivery_id, "trigger_id": caller.trigger_id, "event_key": caller.event_key,
-                                  "received_at": received, "idempotency_key_supplied": caller.event_key is not None})
+            delivery_id, task_id, received = str(uuid.uuid4()), str(uuid.uuid4()), utcnow()
             run_id = self._workflows().run(caller.workflow_id, inputs, config, owner=caller.owner,
                                            published_only=True, priority="normal",
-                                           source=f"webhook:{caller.trigger_id}", session=conn)
-            task = conn.execute(_ADMITTED_TASK, {"owner": caller.owner, "run_id": run_id}).one()
-            conn.execute(_PAIR, {"b_delivery_id": delivery_id, "b_task_id": task.id, "b_run_id": run_id})
-            return {"deliveryId": delivery_id, "taskId": task.id, "runId": run_id, "status": task.state,
+                                           source=f"webhook:{caller.trigger_id}", session=conn, task_id=task_id)
+            # The claim, written last so that it names its run and task: a concurrent delivery
+            # of the same event id waits on the unique key here, then fails and reads this one.
+            # A 429 above raised before it, so the refused event id stays unclaimed.
+            _CLAIM.execute(conn, {"id": delivery_id, "trigger_id": caller.trigger_id, "event_key": caller.event_key,
+                                  "received_at": received, "idempotency_key_supplied": caller.event_key is not None,
+                                  "task_id": task_id, "run_id": run_id})
+            return {"deliveryId": delivery_id, "taskId": task_id, "runId": run_id, "status": "queued",
                     "receivedAt": isoformat(received), "startedAt": None, "finishedAt": None, "error": None,
                     "idempotencyKeySupplied": caller.event_key is not None, "duplicate": False}
 

@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from core import plans
-from core.db import isoformat, utcnow
+from core.db import Prepared, connection_of, isoformat, utcnow
 from core.errors import ApiError, Conflict, NotFound
 from core.tools import Tool, ToolError
 
@@ -167,7 +167,8 @@ def _stale(current, expected):
 
 
 _W, _V = Workflow.__table__, WorkflowRevision.__table__
-_PUBLISHED_STATE = select(_W.c.owner, _W.c.published, _W.c.active_revision).where(_W.c.id == bindparam("workflow_id"))
+_PUBLISHED_STATE = Prepared(select(_W.c.owner, _W.c.published, _W.c.active_revision)
+                            .where(_W.c.id == bindparam("workflow_id")))
 _REVISION = select(_V).where(_V.c.workflow_id == bindparam("workflow_id"), _V.c.revision == bindparam("revision"))
 SNAPSHOT_CACHE = 256  # published revisions kept parsed, with their compiled input validators
 
@@ -358,16 +359,18 @@ class Workflows:
         """The snapshot a run uses: the active published revision, else (unless published_only) the draft."""
         return self._runnable(workflow_id, owner, published_only)[0]
 
-    def _runnable(self, workflow_id, owner, published_only):
-        """(snapshot, its compiled input validator or None)."""
-        with self.host.db.engine.connect() as conn:
-            state = conn.execute(_PUBLISHED_STATE, {"workflow_id": workflow_id}).one_or_none()
-            if state is None or state.owner != owner:
-                raise NotFound("workflow")
-            if state.published and state.active_revision is not None:
-                cached = self._published(conn, workflow_id, state.active_revision)
-                if cached is not None:
-                    return dict(cached[0]), cached[1]
+    def _runnable(self, workflow_id, owner, published_only, conn=None):
+        """(snapshot, its compiled input validator or None); read on ``conn`` when given."""
+        if conn is None:
+            with self.host.db.engine.connect() as own:
+                return self._runnable(workflow_id, owner, published_only, own)
+        state = _PUBLISHED_STATE.first(conn, {"workflow_id": workflow_id})
+        if state is None or state.owner != owner:
+            raise NotFound("workflow")
+        if state.published and state.active_revision is not None:
+            cached = self._published(conn, workflow_id, state.active_revision)
+            if cached is not None:
+                return dict(cached[0]), cached[1]
         return self._draft_or_conflict(workflow_id, owner, published_only), None
 
     def _published(self, conn, workflow_id, revision):
@@ -409,12 +412,14 @@ class Workflows:
         """Start a run of the active snapshot (else the draft); returns its run id.
 
         ``task_options`` go to the agent's task admission: ``priority`` (interactive for a
-        person, normal for schedules and webhooks), ``source``, and ``session`` to admit
-        inside the caller's transaction.
+        person, normal for schedules and webhooks), ``source``, ``session`` to admit
+        inside the caller's transaction, and ``task_id`` to name the task.
         """
         if config.get("plan") is not None:
             raise ValidationError({"config": {"plan": ["A workflow run uses the workflow's own plan."]}})
-        snap, validator = self._runnable(workflow_id, owner, published_only)
+        session = task_options.get("session")  # admitting in the caller's transaction: read in it too
+        snap, validator = self._runnable(workflow_id, owner, published_only,
+                                         connection_of(session) if session is not None else None)
         validate_inputs(snap["inputSchema"], inputs, validator)
         agent = self.host.service("agent")
         if agent is None:

@@ -1,0 +1,179 @@
+"""How a background run is written: its plan, step rows and first step starts commit together;
+its end, notification and task end commit together, and a failure of that joined
+transaction still ends all three."""
+import gevent
+import pytest
+from sqlalchemy import event
+
+from tests.agent.run_end_support import finished_task, start_plan
+from tests.agent.support import Tools, wait_for
+from tests.conftest import HEADERS
+
+PLAN = {"steps": [{"id": "pick", "tool": "json_extract", "arguments": {"value": {"a": 5}, "path": "a"}}]}
+
+
+@pytest.fixture
+def host_and_client(make_app):
+    app = make_app(plugins=[Tools()])
+    client = app.test_client()
+    client.environ_base["HTTP_X_SERVICE_TOKEN"] = HEADERS["X-Service-Token"]
+    return app.extensions["agenthost"], client
+
+
+def start(client):
+    return start_plan(client, PLAN)
+
+
+def notes_for(client, run_id):
+    return [n for n in client.get("/api/notifications?limit=100").json if n["link"] == f"agent/runs/{run_id}"]
+
+
+def committed(host, action):
+    """``action()``'s result and the statements of each transaction committed meanwhile (first three words)."""
+    transactions, current = [], []
+
+    def statement(conn, cursor, sql, parameters, context, executemany):
+        current.append(" ".join(sql.split()[:3]).upper())
+
+    def commit(conn):
+        transactions.append(list(current))
+        current.clear()
+
+    event.listen(host.db.engine, "before_cursor_execute", statement)
+    event.listen(host.db.engine, "commit", commit)
+    try:
+        return action(), transactions
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", statement)
+        event.remove(host.db.engine, "commit", commit)
+
+
+def run_to_end(host, client, plan=PLAN):
+    run_id = start_plan(client, plan)
+    task = finished_task(host, client, run_id)
+    return run_id, task
+
+
+def test_the_plan_step_rows_and_first_step_starts_are_one_transaction(host_and_client):
+    host, client = host_and_client
+    plan = {"steps": [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo"},
+                      {"id": "c", "tool": "echo", "dependsOn": ["a", "b"]}]}
+    (run_id, task), transactions = committed(host, lambda: run_to_end(host, client, plan))
+    assert task["state"] == "succeeded"
+    planned = [t for t in transactions if "INSERT INTO AGENT_STEPS" in t]
+    assert len(planned) == 1
+    # A run that never wrote an event has no step rows to look for: they are inserted with the
+    # two roots already running, beside the run's status and the plan's and the starts' events.
+    assert "UPDATE AGENT_RUNS SET" in planned[0] and "UPDATE AGENT_STEPS SET" not in planned[0]
+    assert not [s for s in planned[0] if s.startswith("SELECT AGENT_STEPS")]
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    types = [(e["type"], e["data"].get("id")) for e in detail["events"] if e["type"] != "plan_token"]
+    assert types == [("plan_ready", None), ("step_start", "a"), ("step_start", "b"), ("step_complete", "a"),
+                     ("step_complete", "b"), ("step_start", "c"), ("step_complete", "c"), ("complete", None)]
+    assert [e["seq"] for e in detail["events"]] == list(range(1, len(detail["events"]) + 1))
+    assert [(s["id"], s["status"], s["attempts"]) for s in detail["steps"]] == [
+        ("a", "complete", 1), ("b", "complete", 1), ("c", "complete", 1)]
+    starts = [e["data"] for e in detail["events"] if e["type"] == "step_start"]
+    assert [s["invocationId"] for s in starts] == [s["invocationId"] for s in detail["steps"]]
+    # The roots' results commit on their own; the last step's joins the run's end.
+    ending = [t for t in transactions if "INSERT INTO NOTIFICATIONS" in t]
+    assert len(ending) == 1 and ending[0].count("UPDATE AGENT_STEPS SET") == 1
+    # The start of c on its own, 3 results (the roots' starts were inserted with the plan)
+    assert sum(t.count("UPDATE AGENT_STEPS SET") for t in transactions) == 1 + 3
+
+
+@pytest.mark.parametrize("first", [
+    {"id": "a", "tool": "echo", "approval": True},  # a gate: its events come first
+    {"id": "a", "tool": "echo", "runWhen": {"ref": "inputs.go", "op": "truthy"}},  # skipped: step_skipped first
+], ids=["approval", "skipped"])
+def test_first_steps_that_gate_or_skip_start_on_their_own(host_and_client, first):
+    host, client = host_and_client
+    plan = {"steps": [first, {"id": "b", "tool": "echo"}]}
+
+    def run():
+        resp = client.post("/api/agent/run", json={"goal": "g", "config": {
+            "plan": plan, "planApproval": "auto", "permissionMode": "auto"}})
+        assert resp.status_code == 201, resp.json
+        finished_task(host, client, resp.json["runId"])
+        return resp.json["runId"]
+
+    run_id, transactions = committed(host, run)
+    planned = [t for t in transactions if "INSERT INTO AGENT_STEPS" in t]
+    assert len(planned) == 1 and "UPDATE AGENT_STEPS SET" not in planned[0]
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    assert detail["status"] == "complete"
+    types = [e["type"] for e in detail["events"]]
+    assert ("step_approval_requested" in types) == ("approval" in first)
+    assert ("step_skipped" in types) == ("runWhen" in first)
+    assert types.count("step_start") == (2 if "approval" in first else 1)
+
+
+def test_the_run_end_its_notification_and_its_task_end_are_one_transaction(host_and_client):
+    host, client = host_and_client
+    (run_id, task), transactions = committed(host, lambda: run_to_end(host, client))
+    assert task["state"] == "succeeded" and task["output"] == {"runId": run_id, "status": "complete"}
+    ending = [t for t in transactions if "INSERT INTO NOTIFICATIONS" in t]
+    assert len(ending) == 1
+    assert "UPDATE AGENT_RUNS SET" in ending[0] and "UPDATE TASKS SET" in ending[0]
+    # Nothing else wrote the task's end: the claim and the end are its only updates.
+    assert sum(t.count("UPDATE TASKS SET") for t in transactions) == 2
+    assert len(notes_for(client, run_id)) == 1
+
+
+def test_the_ended_task_view_is_what_a_fresh_read_returns(host_and_client):
+    host, client = host_and_client
+    published = []
+    host.tasks.finished_listeners.append(published.append)
+    run_id = start(client)
+    task = finished_task(host, client, run_id)
+    wait_for(lambda: published)
+    assert len(published) == 1
+    assert {k: published[0][k] for k in task} == task  # the API shows a subset of the view
+
+
+def test_a_failed_joined_end_still_ends_the_run_the_task_and_notifies_once(host_and_client, caplog):
+    host, client = host_and_client
+    failures = []
+
+    def refuse_first_notification(conn, cursor, sql, parameters, context, executemany):
+        if sql.lstrip().upper().startswith("INSERT INTO NOTIFICATIONS") and not failures:
+            failures.append(sql)
+            raise RuntimeError("the disk hiccuped")
+
+    event.listen(host.db.engine, "before_cursor_execute", refuse_first_notification)
+    try:
+        run_id = start(client)
+        task = finished_task(host, client, run_id)
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", refuse_first_notification)
+    assert failures, "the joined end transaction never ran"
+    assert task["state"] == "succeeded" and task["output"] == {"runId": run_id, "status": "complete"}
+    assert client.get(f"/api/agent/runs/{run_id}").json["status"] == "complete"
+    notes = notes_for(client, run_id)
+    assert [(n["level"], n["title"]) for n in notes] == [("success", "Run complete")]
+    assert "recording the end alone" in caplog.text
+
+
+def test_a_shutdown_during_the_run_end_keeps_the_last_steps_result(host_and_client):
+    """The host stopping (GreenletExit) while the run's end is written: the run stays active
+    for recovery, but the last step's result, which would have joined that end, is kept."""
+    host, client = host_and_client
+    killed = []
+
+    def stop_here(conn, cursor, sql, parameters, context, executemany):
+        if sql.lstrip().upper().startswith("INSERT INTO NOTIFICATIONS") and not killed:
+            killed.append(sql)
+            raise gevent.GreenletExit()
+
+    event.listen(host.db.engine, "before_cursor_execute", stop_here)
+    try:
+        run_id = start(client)
+        wait_for(lambda: killed)
+        gevent.sleep(0.2)
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", stop_here)
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    assert detail["status"] == "running"  # not ended: the next start marks it recovery-required
+    assert [(s["id"], s["status"], s["result"]) for s in detail["steps"]] == [("pick", "complete", 5)]
+    assert [e["type"] for e in detail["events"] if e["type"] != "plan_token"] == [
+        "plan_ready", "step_start", "step_complete"]
