@@ -108,6 +108,7 @@ class Schedules:
                                                             LEGACY_EXPIRY.total_seconds())))
         self._wake = Event()
         self._loop = None
+        self._stopping = False
 
     # -- the API -------------------------------------------------------------------------
 
@@ -199,11 +200,20 @@ class Schedules:
 
     def start(self):
         if self._loop is None:
+            self._stopping = False
             self._loop = gevent.spawn(self._run)
 
     def stop(self):
+        # Ask the loop to end and let it finish its database call first: a kill thrown into
+        # a connection checkout (PostgreSQL's pre-ping) can come back out of the driver as a
+        # DBAPIError, which the loop's retry would swallow, and leave the connection mid-query.
         loop, self._loop = self._loop, None
-        if loop is not None:
+        if loop is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        loop.join(timeout=5)
+        if not loop.dead:
             loop.kill(block=True, timeout=5)
 
     def wake(self):
@@ -213,15 +223,19 @@ class Schedules:
         # Tasks queued before the task queue starts are failed by its start-up sweep: fire
         # nothing until the host is fully in APP mode.
         while self.host.mode != APP:
+            if self._stopping:
+                return
             gevent.sleep(0.02)
         failures = 0
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
                 self.fire_due()
                 wait = self._seconds_to_next()
                 failures = 0
             except Exception:
+                if self._stopping:
+                    return
                 # A database outage must not end the loop: retry, backing off to the rescan period.
                 failures += 1
                 log.exception("schedule loop error")

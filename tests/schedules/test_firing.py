@@ -208,3 +208,40 @@ def test_an_idle_loop_sleeps_until_woken_or_due(make_app):
         wait_for(lambda: seen)
     finally:
         event.remove(host.db.engine, "before_cursor_execute", record)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_stopping_the_loop_lets_its_database_call_finish_and_ends_it_quietly(make_app, backend, caplog):
+    """A stop never lands inside a statement or a pool checkout (where PostgreSQL's pre-ping
+    turned the kill into a driver error that the loop's retry logged and survived)."""
+    from sqlalchemy import event
+    app = make_app(plugins=[EchoTool()], backend=backend, config={"schedules.rescan-seconds": 0})
+    client, host = app.test_client(), app.extensions["agenthost"]
+    schedule(client, workflow(client), intervalSeconds=3600)
+    service = host.service("schedules")
+    gevent.sleep(0.1)
+    begun, ended = [], []
+
+    def slow(conn, cursor, statement, parameters, context, executemany):
+        if "schedules" in statement:
+            begun.append(statement)
+            gevent.sleep(0.3)
+
+    def done(conn, cursor, statement, parameters, context, executemany):
+        if "schedules" in statement:
+            ended.append(statement)
+
+    event.listen(host.db.engine, "before_cursor_execute", slow)
+    event.listen(host.db.engine, "after_cursor_execute", done)
+    try:
+        loop = service._loop
+        service.wake()
+        wait_for(lambda: begun)
+        service.stop()
+        assert loop.dead and loop.successful()
+        assert len(ended) == len(begun) >= 1  # the statement in flight was not cut off
+        assert host.db.engine.pool.checkedout() == 0
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", slow)
+        event.remove(host.db.engine, "after_cursor_execute", done)
+    assert "schedule loop error" not in caplog.text
