@@ -3,6 +3,7 @@ import logging
 import secrets
 
 from flask import Flask, jsonify, request
+from flask.sessions import NullSession, SessionInterface
 
 from . import auth
 from .config import Config
@@ -14,6 +15,23 @@ log = logging.getLogger("agenthost.app")
 
 EXTENSION_PREFIX = "/api/ext"
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+
+
+class NoSessions(SessionInterface):
+    """Every request carries its token: the service keeps no cookie sessions.
+
+    Flask's default builds a fresh null session for each request (1 % of a webhook
+    delivery's time); one shared null session does the same job, since any write to
+    it raises.
+    """
+
+    null = NullSession()
+
+    def open_session(self, app, request):
+        return self.null
+
+    def save_session(self, app, session, response):
+        pass
 
 
 def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
@@ -35,6 +53,7 @@ def create_app(config=None, plugins=(), *, load_entry_points=True, start=True):
     app.config["MAX_CONTENT_LENGTH"] = config["service.max-body-bytes"]
     app.json.sort_keys = False
     app.url_map.strict_slashes = False
+    app.session_interface = NoSessions()
     app.extensions["agenthost"] = host
     host.app = app
 

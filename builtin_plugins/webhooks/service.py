@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import jsonschema
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
-from sqlalchemy import and_, bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core import plans
@@ -36,6 +36,7 @@ SECRET_BYTES = 32
 # person to grant them, so a workflow that uses them cannot be a webhook's target.
 FILE_TOOLS = frozenset({"read_file", "write_file", "list_directory"})
 MAX_NESTING = 8
+TRIGGER_CACHE_SIZE = 1024  # triggers remembered by authenticate
 # Compared against when the trigger is unknown or disabled, so every 401 costs the same.
 _NO_SECRET = hashlib.sha256(b"agenthost: no trigger").hexdigest()
 
@@ -96,13 +97,8 @@ _WITH_TASK = _D.outerjoin(_K, _K.c.id == _D.c.task_id)
 # The statements of the delivery path, built once: SQLAlchemy then reuses their cache keys
 # and compiled forms instead of rebuilding them per request (a third of the hook's time).
 _AUTH = Prepared(select(*_TRIGGER_COLUMNS).where(_T.c.id == bindparam("trigger_id")))
-_AUTH_AND_CLAIM = Prepared(
-    select(*_TRIGGER_COLUMNS, *_DELIVERY_COLUMNS)
-    .select_from(_T.outerjoin(_D, and_(_D.c.trigger_id == _T.c.id, _D.c.event_key == bindparam("key")))
-                 .outerjoin(_K, _K.c.id == _D.c.task_id))
-    .where(_T.c.id == bindparam("trigger_id")))
-_CLAIMED = select(*_DELIVERY_COLUMNS).select_from(_WITH_TASK).where(
-    _D.c.trigger_id == bindparam("trigger_id"), _D.c.event_key == bindparam("key"))
+_CLAIMED = Prepared(select(*_DELIVERY_COLUMNS).select_from(_WITH_TASK).where(
+    _D.c.trigger_id == bindparam("trigger_id"), _D.c.event_key == bindparam("key")))
 # A shared lock on the trigger row: a delete or rotate commits before (and the delivery is
 # refused) or after the delivery's transaction, never across it.
 _CURRENT_SECRET = Prepared(select(_T.c.secret_hash, _T.c.active).where(_T.c.id == bindparam("trigger_id"))
@@ -112,7 +108,7 @@ _CLAIM = Prepared(insert(_D))
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated delivery: its trigger and, for a repeated event id, the original delivery."""
+    """An authenticated delivery: its trigger, the secret it matched and its event id's key."""
 
     trigger_id: str
     owner: str
@@ -121,7 +117,6 @@ class Caller:
     permission_mode: str
     secret_hash: str
     event_key: str | None
-    original: dict | None
 
 
 def _per_field(err, where):
@@ -157,6 +152,7 @@ class Webhooks:
         # admission briefly needs two: its own and the workflow read).
         self._admitting = BoundedSemaphore(int(host.config.get("webhooks.max-concurrent-admissions", 8)))
         self._configs = {}  # permission mode -> parsed run config
+        self._triggers = {}  # trigger id -> its row as last read (see authenticate)
         # Load shedding: after a 429, further deliveries of that owner skip the admitting
         # transaction (it would fail the same way) until a queued place frees or this many
         # seconds pass. Under a flood this keeps the CPU for the tasks that drain the queue.
@@ -326,7 +322,8 @@ class Webhooks:
                 raise NotFound("webhook trigger")  # deleted meanwhile
             row = s.execute(select(WebhookTrigger).where(WebhookTrigger.id == trigger_id)
                             .execution_options(populate_existing=True)).scalar_one()
-            return {**trigger_view(row), "secret": secret}
+        self._triggers.pop(trigger_id, None)
+        return {**trigger_view(row), "secret": secret}
 
     def delete(self, trigger_id, owner=OWNER):
         """Disable for good: the row stays (its delivery history and claims), the secret is erased."""
@@ -334,6 +331,7 @@ class Webhooks:
             self._owned(s, trigger_id, owner)
             if _disable(s, WebhookTrigger.id == trigger_id, "deleted") != 1:
                 raise NotFound("webhook trigger")
+        self._triggers.pop(trigger_id, None)
         return {"ok": True, "triggerId": trigger_id}
 
     def deliveries(self, trigger_id, owner=OWNER, limit=20):
@@ -349,27 +347,34 @@ class Webhooks:
     def authenticate(self, trigger_id, secret, event_id=None):
         """The active trigger this secret opens, else the one 401 for every reason.
 
-        The same query finds the delivery that already claimed ``event_id``, so a
-        repeated event costs one read.
+        A trigger's owner, workflow, defaults and permission mode never change, so they
+        are remembered per trigger; its secret and state can, so a delivery's admitting
+        transaction checks them again. A secret that does not match the remembered one is
+        looked up afresh (it may have been rotated by another host sharing the database).
         """
         given = hash_secret(secret)
         key = event_key(event_id) if event_id is not None else None
-        row = None
-        if len(trigger_id) <= 36:
-            with self.db.engine.connect() as conn:
-                if key is None:
+        row = self._triggers.get(trigger_id)
+        if row is None or not hmac.compare_digest(given, row.secret_hash):
+            row = None
+            if len(trigger_id) <= 36:
+                with self.db.engine.connect() as conn:
                     row = _AUTH.first(conn, {"trigger_id": trigger_id})
-                else:
-                    row = _AUTH_AND_CLAIM.first(conn, {"trigger_id": trigger_id, "key": key})
+            self._remember(trigger_id, row)
         live = row is not None and row.active
         matches = hmac.compare_digest(given, row.secret_hash if live else _NO_SECRET)
         if not (live and matches):
             raise unauthorized()
-        original = None
-        if key is not None and row.delivery_id is not None:
-            original = {**delivery_view(row), "duplicate": True}
         return Caller(row.id, row.owner, row.workflow_id, json.loads(row.default_inputs), row.permission_mode,
-                      row.secret_hash, key, original)
+                      row.secret_hash, key)
+
+    def _remember(self, trigger_id, row):
+        if row is None or not row.active:
+            self._triggers.pop(trigger_id, None)
+            return
+        if len(self._triggers) >= TRIGGER_CACHE_SIZE:
+            self._triggers.pop(next(iter(self._triggers)))  # the oldest entry
+        self._triggers[trigger_id] = row
 
     def deliver(self, caller, overlay):
         """Admit one delivery: ``(True, delivery)`` for a new event, ``(False, original)`` for a duplicate.
@@ -379,9 +384,6 @@ class Webhooks:
         The inputs (``defaultInputs`` overlaid by the body) are validated by the workflow
         run inside that transaction (400 with per-field errors).
         """
-        if caller.original is not None:
-            # The event id names the event: a repeat answers with the first copy, whatever it carries.
-            return False, caller.original
         inputs = {**caller.default_inputs, **overlay}
         agent = self.host.service("agent")
         if agent is None:
@@ -392,9 +394,13 @@ class Webhooks:
         attempt, woken = 0, False
         while True:
             if not woken:
-                # Known full, or others already wait for a place: queue behind them.
+                # Known full, or others already wait for a place: queue behind them. A repeated
+                # event is answered first: it needs no place.
                 full = self._known_full(caller.owner)
                 if full is not None or self._waiters:
+                    original = self._repeated(caller) if key is not None else None
+                    if original is not None:
+                        return False, original
                     if self._wait_for_place(deadline):
                         woken = True
                         continue
@@ -404,6 +410,9 @@ class Webhooks:
             try:
                 with self._admitting:
                     delivery = self._admit(caller, inputs, config)
+                if delivery.get("duplicate"):
+                    # The event id names the event: a repeat answers with the first copy, whatever it carries.
+                    return False, delivery
                 break
             except IntegrityError:
                 if key is None:
@@ -443,10 +452,11 @@ class Webhooks:
 
     def _admit(self, caller, inputs, config):
         with self.db.engine.begin() as conn:
-            current = _CURRENT_SECRET.first(conn, {"trigger_id": caller.trigger_id})
-            live = current is not None and current.active
-            if not (live and hmac.compare_digest(current.secret_hash, caller.secret_hash)):
-                raise unauthorized()
+            self._current(conn, caller)
+            if caller.event_key is not None:
+                claimed = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
+                if claimed is not None:
+                    return {**delivery_view(claimed), "duplicate": True}
             delivery_id, task_id, received = str(uuid.uuid4()), str(uuid.uuid4()), utcnow()
             run_id = self._workflows().run(caller.workflow_id, inputs, config, owner=caller.owner,
                                            published_only=True, priority="normal",
@@ -461,10 +471,25 @@ class Webhooks:
                     "receivedAt": isoformat(received), "startedAt": None, "finishedAt": None, "error": None,
                     "idempotencyKeySupplied": caller.event_key is not None, "duplicate": False}
 
+    def _current(self, conn, caller):
+        """Check the caller's secret against the trigger's row as it is now (401 if it changed)."""
+        current = _CURRENT_SECRET.first(conn, {"trigger_id": caller.trigger_id})
+        live = current is not None and current.active
+        if not (live and hmac.compare_digest(current.secret_hash, caller.secret_hash)):
+            self._triggers.pop(caller.trigger_id, None)
+            raise unauthorized()
+
+    def _repeated(self, caller):
+        """The original delivery of a repeated event id, or None (the secret checked as it is now)."""
+        with self.db.engine.begin() as conn:
+            self._current(conn, caller)
+            row = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
+        return None if row is None else {**delivery_view(row), "duplicate": True}
+
     def _claimed(self, trigger_id, key):
         """The delivery that holds an event id's claim, with its task's live state, or None."""
         with self.db.engine.connect() as conn:
-            row = conn.execute(_CLAIMED, {"trigger_id": trigger_id, "key": key}).one_or_none()
+            row = _CLAIMED.first(conn, {"trigger_id": trigger_id, "key": key})
         return None if row is None else {**delivery_view(row), "duplicate": True}
 
 

@@ -173,6 +173,51 @@ def test_rotate_secret_invalidates_the_old_secret_at_once(app, client):
     assert "secret" not in listed(client)[0]
 
 
+def two_hosts(make_app):
+    """Two hosts on one database (the same data directory), as when they share it."""
+    return make_app(plugins=[HookTools()]).test_client(), make_app(plugins=[HookTools()]).test_client()
+
+
+def test_a_secret_rotated_by_another_host_stops_working_here_at_once(make_app):
+    here, there = two_hosts(make_app)
+    trigger = create_trigger(here, published_workflow(here))
+    first = deliver(here, trigger, event_id="order-1")
+    assert first.status_code == 202  # this host now knows the trigger
+    resp = there.post(f"{TRIGGERS}/{trigger['triggerId']}/rotate-secret", headers=HEADERS)
+    assert resp.status_code == 200
+    assert_problem(deliver(here, trigger), 401, "invalid_webhook_secret")
+    # A repeated event id with the old secret learns nothing about the original delivery.
+    assert_problem(deliver(here, trigger, event_id="order-1"), 401, "invalid_webhook_secret")
+    new = {**trigger, "secret": resp.json["secret"]}
+    again = deliver(here, new, event_id="order-1")
+    assert again.status_code == 200 and again.json["taskId"] == first.json["taskId"]
+    assert deliver(here, new, event_id="order-2").status_code == 202
+
+
+def test_a_trigger_deleted_by_another_host_is_refused_here(make_app):
+    here, there = two_hosts(make_app)
+    trigger = create_trigger(here, published_workflow(here))
+    assert deliver(here, trigger, event_id="order-1").status_code == 202
+    assert there.delete(f"{TRIGGERS}/{trigger['triggerId']}", headers=HEADERS).status_code == 200
+    assert_problem(deliver(here, trigger), 401, "invalid_webhook_secret")
+    assert_problem(deliver(here, trigger, event_id="order-1"), 401, "invalid_webhook_secret")
+
+
+def test_while_the_queue_is_full_an_old_secret_gets_401_not_the_original(make_app):
+    here, there = two_hosts(make_app)
+    host = here.application.extensions["agenthost"]
+    for app_client in (here, there):
+        app_client.application.extensions["agenthost"].tasks.stop()  # what is admitted stays queued
+    trigger = create_trigger(here, published_workflow(here))
+    first = deliver(here, trigger, event_id="early")
+    assert first.status_code == 202
+    for _ in range(23):
+        host.tasks.admit("local", "normal", "filler", {})
+    assert deliver(here, trigger, event_id="late").status_code == 429  # known full from now on
+    assert there.post(f"{TRIGGERS}/{trigger['triggerId']}/rotate-secret", headers=HEADERS).status_code == 200
+    assert_problem(deliver(here, trigger, event_id="early"), 401, "invalid_webhook_secret")
+
+
 def test_delete_disables_the_trigger_for_good(app, make_app, data_dir, client):
     trigger = create_trigger(client, published_workflow(client))
     path = f"{TRIGGERS}/{trigger['triggerId']}"
