@@ -151,7 +151,8 @@ class TaskQueue:
         self.host = host
         self.limits = limits or Limits(running=int(host.config.get("tasks.max-running", 16)))
         self.policy = FairPolicy(float(host.config.get("tasks.aging-seconds", 60)))
-        self.kinds = {}  # kind -> (run(task_view, ctx) -> output, cancel(task_view) or None)
+        # kind -> (run(task_view, ctx) -> output, cancel(task_view) or None, start or None)
+        self.kinds = {}
         self.pool = Pool(self.limits.running)
         self.running = {}  # task id -> TaskContext
         self._wake = Event()
@@ -171,8 +172,14 @@ class TaskQueue:
 
     # -- kinds ---------------------------------------------------------------------------
 
-    def register_kind(self, kind, run, cancel=None):
-        self.kinds[kind] = (run, cancel)
+    def register_kind(self, kind, run, cancel=None, start=None):
+        """``start(conn, task, after)``, optional: the body's first writes, made in the
+        transaction that claims the task for the embedded executor (one commit fewer per
+        task). It runs inside a savepoint: if it raises, only its writes roll back and the
+        body starts from scratch. What it returns reaches the body as ``ctx.started``;
+        callables it appends to ``after`` run once the claim has committed (say, to
+        announce what it wrote)."""
+        self.kinds[kind] = (run, cancel, start)
 
     # -- admission -----------------------------------------------------------------------
 
@@ -375,7 +382,7 @@ class TaskQueue:
         if ctx is None:
             return False
         ctx.cancelled.set()
-        _, cancel = self.kinds.get(ctx.task["kind"], (None, None))
+        _, cancel, _ = self.kinds.get(ctx.task["kind"], (None, None, None))
         if cancel is not None:
             cancel(ctx.task)
         return True
@@ -452,15 +459,15 @@ class TaskQueue:
                     claimed = self._claim(free) if free > 0 else []
                     if not claimed:
                         break
-                    for i, (task, row) in enumerate(claimed):
+                    for i, (task, row, started) in enumerate(claimed):
                         self._capacity_freed()
                         if self.executor is None:
-                            ctx = TaskContext(task, self, row)
+                            ctx = TaskContext(task, self, row, started)
                             self.running[task["taskId"]] = ctx
                             # Wake once the greenlet has left the pool, so its slot counts as free.
                             self.pool.spawn(self.execute, ctx).rawlink(lambda _: self._wake.set())
                         elif not self.executor.submit(task):
-                            for unsent, _ in claimed[i:]:  # nothing accepted is lost: they wait for the executor
+                            for unsent, _, _ in claimed[i:]:  # nothing accepted is lost: they wait for the executor
                                 self._unclaim(unsent["taskId"])
                             break
                     else:
@@ -491,38 +498,66 @@ class TaskQueue:
 
     def _claim(self, places):
         """Claim up to ``places`` queued tasks in one transaction, in the fair policy's order;
-        returns ``[(task view, row)]``.
+        returns ``[(task view, row, started)]`` (``started``: what the kind's ``start`` wrote
+        in that transaction, embedded executor only).
 
         The policy picks from the first ``places`` tasks of every (owner, priority), as it
         would one dispatch at a time. A task another host claimed meanwhile is skipped
         (its conditional update matches nothing); if every pick was taken that way, try again.
+        If a kind's ``start`` fails, the whole claim rolls back and is made again without
+        starts (a savepoint per start would cost more than the commit it saves).
         """
         executor = "embedded" if self.executor is None else self.executor.name
+        start = self.executor is None
         for _ in range(5):
             now = utcnow()
-            with self.host.db.engine.begin() as conn:
-                queues = collections.defaultdict(collections.deque)
-                for row in _HEADS.rows(conn, {"depth": places}):
-                    queues[(row.owner, row.priority)].append(row)
-                picked = []
-                while len(picked) < places:
-                    choice = self.policy.pick({key: q[0].queued_at for key, q in queues.items() if q}, now)
-                    if choice is None:
-                        break
-                    picked.append(queues[choice].popleft())
-                if not picked:
-                    return []
-                started = utcnow()
-                claimed = []
-                for row in picked:
-                    values = {"state": "running", "started_at": started, "executor": executor,
-                              "claimed_by": self.host.instance_id}
-                    if update_where(conn, _K, {"id": row.id, "state": "queued"}, values) == 1:
-                        record = Record({**row, **values})
-                        claimed.append((task_view(record), record))
+            after = []
+            try:
+                with self.host.db.engine.begin() as conn:
+                    queues = collections.defaultdict(collections.deque)
+                    for row in _HEADS.rows(conn, {"depth": places}):
+                        queues[(row.owner, row.priority)].append(row)
+                    picked = []
+                    while len(picked) < places:
+                        choice = self.policy.pick({key: q[0].queued_at for key, q in queues.items() if q}, now)
+                        if choice is None:
+                            break
+                        picked.append(queues[choice].popleft())
+                    if not picked:
+                        return []
+                    started = utcnow()
+                    claimed = []
+                    for row in picked:
+                        values = {"state": "running", "started_at": started, "executor": executor,
+                                  "claimed_by": self.host.instance_id}
+                        if update_where(conn, _K, {"id": row.id, "state": "queued"}, values) == 1:
+                            record = Record({**row, **values})
+                            claimed.append((task_view(record), record))
+                    claimed = [(task, record, self._start_in(conn, task, after) if start else None)
+                               for task, record in claimed]
+            except _StartFailed as exc:
+                log.error("task %s: its start failed (%s); claiming again without starts", exc.task_id,
+                          exc.__cause__.__class__.__name__, exc_info=exc.__cause__)
+                start = False
+                continue
+            for announce in after:
+                try:
+                    announce()
+                except Exception:
+                    log.exception("announcing a task's start failed")
             if claimed:
                 return claimed
         return []
+
+    def _start_in(self, conn, task, after):
+        """The kind's ``start`` on the claiming connection; a failure is a ``_StartFailed``."""
+        kind = self.kinds.get(task["kind"])
+        if kind is None or kind[2] is None:
+            return None
+        try:
+            return kind[2](conn, task, after)
+        except Exception as exc:
+            raise _StartFailed(task["taskId"]) from exc
 
     def execute_by_id(self, task_id):
         """The RQ job body: the same ``execute`` as the embedded pool, in a ``core worker`` process."""
@@ -592,6 +627,14 @@ class TaskQueue:
                 log.exception("task listener failed")
 
 
+class _StartFailed(Exception):
+    """A kind's ``start`` raised inside the claiming transaction (see ``TaskQueue._claim``)."""
+
+    def __init__(self, task_id):
+        super().__init__(task_id)
+        self.task_id = task_id
+
+
 class TaskFailed(Exception):
     """A task body's failure, with an optional output summary."""
 
@@ -612,10 +655,11 @@ class TaskContext:
     """What a task body gets besides its task: the cancel signal, and a way to end the task
     inside the body's own last transaction."""
 
-    def __init__(self, task, queue, row=None):
+    def __init__(self, task, queue, row=None, started=None):
         self.task = task
         self.queue = queue
         self.row = row  # the task's columns when claimed (a view rounds its times to the millisecond)
+        self.started = started  # what the kind's start wrote in the claiming transaction, if it ran
         self.cancelled = Event()
         self.ended = None  # the task's final view, once the body's transaction that ended it committed
 

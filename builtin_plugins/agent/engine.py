@@ -4,6 +4,7 @@ import json
 import logging
 import secrets
 import time
+import types
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -54,6 +55,7 @@ class ActiveRun:
         self.announced = set()  # step indexes whose first step_start was written with the plan
         self.last_result = []  # the last step's step_complete, written with the run's end
         self.task_ended = None
+        self.started = None  # Engine.start_in's answer, when the run's start was written at its claim
 
 
 def display(result):
@@ -87,19 +89,44 @@ class Engine:
         active = ActiveRun(run_id)
         self._finish(active, status, error=error)
 
-    def execute(self, run_id, *, resume=False, end_task=None):
+    def execute(self, run_id, *, resume=False, end_task=None, started=None, cancelled=None):
         """Run to the end in the calling greenlet (the body of an ``agent_run`` task); returns
         the run's final ``(status, error, ended)``.
 
         ``end_task(conn, status, error)`` writes the task's end in the transaction that writes
-        the run's end; ``ended`` is its answer once that committed, else None.
+        the run's end; ``ended`` is its answer once that committed, else None. ``started``:
+        what ``start_in`` wrote when the task was claimed (the run goes on from there).
+        ``cancelled``: the task's cancel event; one set before the run was registered here
+        (so ``cancel`` could not reach it) cancels the run now.
         """
         active = ActiveRun(run_id)
         active.greenlet = gevent.getcurrent()
         active.end_task = end_task
         self.active[run_id] = active
+        active.started = started
+        if cancelled is not None and cancelled.is_set():
+            active.cancelled.set()
+            self._halt(active)
         status, error = self._execute(active, resume)
         return status, error, active.task_ended
+
+    def start_in(self, conn, run_id, after):
+        """Write an unattended run's start (plan, step rows, the first steps' ``step_start``)
+        on ``conn``, inside the transaction that claims its task; returns what
+        ``execute(started=)`` goes on from, or None when the run does not start that way
+        (it waits for a person, has run before, or its plan fails: the body deals with it).
+        The events are announced by ``after`` once the claim has committed.
+        """
+        row = self.store.load_to_run(run_id, conn)
+        run = _run_fields(row)
+        if row.status != "queued" or run["last_seq"] or not _unattended(run, False):
+            return None
+        holder = types.SimpleNamespace(run_id=run_id, announced=set())
+        try:
+            plan, rows = self._plan(holder, run, False, conn, after=after)
+        except _RunFailed:
+            return None
+        return run, plan, rows, holder.announced
 
     def stop_all(self):
         """Host shutdown: stop every run where it is, without finishing it.
@@ -228,12 +255,13 @@ class Engine:
         try:
             # An unattended run reads itself and writes its start on one connection; a run
             # whose plan waits for a person must not hold a connection while it waits.
-            with self.store.connection() as conn:
-                row = self.store.load_to_run(run_id, conn)
-                run = {"config": json.loads(row.config), "inputs": json.loads(row.inputs),
-                       "goal": row.goal, "owner": row.owner, "plan_text": row.plan, "last_seq": row.last_seq or 0}
-                planned = self._plan(active, run, resume, conn) if _unattended(run, resume) else None
-            plan, rows = planned if planned is not None else self._plan(active, run, resume)
+            if active.started is not None:  # written when the task was claimed
+                run, plan, rows, active.announced = active.started
+            else:
+                with self.store.connection() as conn:
+                    run = _run_fields(self.store.load_to_run(run_id, conn))
+                    planned = self._plan(active, run, resume, conn) if _unattended(run, resume) else None
+                plan, rows = planned if planned is not None else self._plan(active, run, resume)
             result = self._run_steps(active, run, plan, rows)
             status = "complete"
         except RunCancelled:
@@ -251,7 +279,7 @@ class Engine:
         self._finish(active, status, error=error, result=result)
         return status, error
 
-    def _plan(self, active, run, resume, conn=None):
+    def _plan(self, active, run, resume, conn=None, after=None):
         """Validate the draft and publish it; returns (plan, step rows).
 
         An unattended run (``planApproval: auto``, not a resume) writes its plan events,
@@ -270,7 +298,7 @@ class Engine:
                 return [(step["index"], *self._start_record(step, 1, invocations[step["index"]])) for step in wave]
 
             rows = self.store.plan_ready(run_id, shown, events, start_steps=plan, starting=starting,
-                                         fresh=not run["last_seq"], plan_text=shown_text, conn=conn)
+                                         fresh=not run["last_seq"], plan_text=shown_text, conn=conn, after=after)
             active.announced = {step["index"] for step in wave}
             return plan, rows
         self.store.plan_ready(run_id, shown, events)
@@ -593,6 +621,12 @@ class Engine:
             except Exception:
                 log.exception("run %s: could not record its last step's result", active.run_id)
         active.last_result = []
+
+
+def _run_fields(row):
+    """What the engine reads of a run's row (``RunStore.load_to_run``)."""
+    return {"config": json.loads(row.config), "inputs": json.loads(row.inputs), "goal": row.goal,
+            "owner": row.owner, "plan_text": row.plan, "last_seq": row.last_seq or 0}
 
 
 def _unattended(run, resume):

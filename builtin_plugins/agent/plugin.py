@@ -24,7 +24,7 @@ def startup(host):
     if host.config.get("service.redis-url"):
         agent.engine.listen()
     host.provide("agent", agent)
-    host.tasks.register_kind("agent_run", agent.run_task, agent.cancel_task)
+    host.tasks.register_kind("agent_run", agent.run_task, agent.cancel_task, agent.start_task)
 
 
 @hookimpl

@@ -78,7 +78,8 @@ class AgentService:
         from core.tasks import TaskCancelled, TaskFailed
 
         run_id = task["payload"]["runId"]
-        if ctx.cancelled.is_set():  # cancelled while it waited for an executor
+        started = getattr(ctx, "started", None)
+        if ctx.cancelled.is_set() and started is None:  # cancelled while it waited for an executor
             self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
             raise TaskCancelled({"runId": run_id, "status": "cancelled"})
 
@@ -89,13 +90,21 @@ class AgentService:
             return ctx.end_in(conn, state, {"runId": run_id, "status": status}, reason)
 
         status, error, ctx.ended = self.engine.execute(run_id, resume=bool(task["payload"].get("resume")),
-                                                       end_task=end_task)
+                                                       end_task=end_task, started=started,
+                                                       cancelled=ctx.cancelled)
         output = {"runId": run_id, "status": status}
         if status == "failed":
             raise TaskFailed(error or "the run failed", output)
         if status == "cancelled":
             raise TaskCancelled(output)
         return output
+
+    def start_task(self, conn, task, after):
+        """An ``agent_run`` task's start, written in the transaction that claims it (see
+        ``TaskQueue.register_kind``): an unattended run's plan and first steps."""
+        if task["payload"].get("resume"):
+            return None
+        return self.engine.start_in(conn, task["payload"]["runId"], after)
 
     def cancel_task(self, task):
         self.engine.cancel(task["runId"])

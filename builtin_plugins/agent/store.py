@@ -76,10 +76,13 @@ class RunStore:
 
     @contextmanager
     def _begin(self, conn=None):
-        """A transaction: on ``conn`` when given (yielding it), else on a pooled connection."""
+        """A transaction: on ``conn`` when given (yielding it; inside the caller's transaction
+        when one is open there, which the caller commits), else on a pooled connection."""
         if conn is None:
             with self.db.engine.begin() as own:
                 yield own
+        elif conn.in_transaction():
+            yield conn
         else:
             with conn.begin():
                 yield conn
@@ -123,8 +126,9 @@ class RunStore:
         if conn is None:
             with self.connection() as own:
                 return self.load_to_run(run_id, own)
+        joined = conn.in_transaction()  # the caller's transaction (a task's claim): leave it open
         run = _LOAD_TO_RUN.first(conn, {"run_id": run_id})
-        if conn.in_transaction():  # read through SQLAlchemy (an engine listener is attached)
+        if conn.in_transaction() and not joined:  # read through SQLAlchemy (an engine listener is attached)
             conn.rollback()
         if run is None:
             raise NotFound("run")
@@ -222,7 +226,7 @@ class RunStore:
     # -- the plan ------------------------------------------------------------------------
 
     def plan_ready(self, run_id, plan, events, *, start_steps=None, starting=None, fresh=False, plan_text=None,
-                   conn=None):
+                   conn=None, after=None):
         """The draft's status, plan and events in one transaction, then published.
 
         ``start_steps`` (the normalised plan, when nothing waits for approval): the step
@@ -233,7 +237,9 @@ class RunStore:
         ``fresh``: the run has never written an event, so it has no step rows yet (they are
         only ever written with or after its plan's events): they are inserted as they start,
         without looking for existing ones. ``plan_text``: ``plan`` as JSON, when the caller has it.
-        ``conn``: the connection the run was loaded on (the transaction begins on it).
+        ``conn``: the connection the run was loaded on (the transaction begins on it, or
+        joins the one open there). ``after``: a list to append the events' announcement to,
+        for a caller that commits later; otherwise they are announced once this commits.
         """
         with self._lock(run_id):
             with self._begin(conn) as conn:
@@ -255,7 +261,10 @@ class RunStore:
                         _INSERT_STEP.execute(conn, [dict(vars(r)) for r in rows])
                     events = [*events, *(("step_start", data) for _, data, _ in started)]
                 first = self._insert_events(conn, run_id, events, True)
-            self._publish(run_id, events, first, True)
+            if after is not None:
+                after.append(lambda: self._publish(run_id, events, first, True))
+            else:
+                self._publish(run_id, events, first, True)
             return rows
 
     # -- steps ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import jsonschema
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core import plans
@@ -97,6 +97,12 @@ _WITH_TASK = _D.outerjoin(_K, _K.c.id == _D.c.task_id)
 # The statements of the delivery path, built once: SQLAlchemy then reuses their cache keys
 # and compiled forms instead of rebuilding them per request (a third of the hook's time).
 _AUTH = Prepared(select(*_TRIGGER_COLUMNS).where(_T.c.id == bindparam("trigger_id")))
+# A trigger's secret and state with the delivery that claimed an event id, if one did.
+_AUTH_AND_CLAIM = Prepared(
+    select(_T.c.secret_hash, _T.c.active, *_DELIVERY_COLUMNS)
+    .select_from(_T.outerjoin(_D, and_(_D.c.trigger_id == _T.c.id, _D.c.event_key == bindparam("key")))
+                 .outerjoin(_K, _K.c.id == _D.c.task_id))
+    .where(_T.c.id == bindparam("trigger_id")))
 _CLAIMED = Prepared(select(*_DELIVERY_COLUMNS).select_from(_WITH_TASK).where(
     _D.c.trigger_id == bindparam("trigger_id"), _D.c.event_key == bindparam("key")))
 # A shared lock on the trigger row: a delete or rotate commits before (and the delivery is
@@ -391,16 +397,19 @@ class Webhooks:
         config = self._config(agent, caller.permission_mode)
         key = caller.event_key
         deadline = time.monotonic() + self._wait_for
-        attempt, woken = 0, False
+        attempt, woken, unclaimed = 0, False, False
         while True:
             if not woken:
                 # Known full, or others already wait for a place: queue behind them. A repeated
                 # event is answered first: it needs no place.
                 full = self._known_full(caller.owner)
                 if full is not None or self._waiters:
-                    original = self._repeated(caller) if key is not None else None
+                    original = self._repeated(caller) if key is not None and not unclaimed else None
                     if original is not None:
                         return False, original
+                    # Not claimed yet: the admission need not look again (a concurrent claim
+                    # of the same id still fails its insert, below).
+                    unclaimed = True
                     if self._wait_for_place(deadline):
                         woken = True
                         continue
@@ -409,7 +418,7 @@ class Webhooks:
             woken = False
             try:
                 with self._admitting:
-                    delivery = self._admit(caller, inputs, config)
+                    delivery = self._admit(caller, inputs, config, look_for_claim=not unclaimed)
                 if delivery.get("duplicate"):
                     # The event id names the event: a repeat answers with the first copy, whatever it carries.
                     return False, delivery
@@ -450,10 +459,10 @@ class Webhooks:
                 {"planApproval": "auto", "permissionMode": permission_mode})
         return dict(config)
 
-    def _admit(self, caller, inputs, config):
+    def _admit(self, caller, inputs, config, look_for_claim=True):
         with self.db.engine.begin() as conn:
             self._current(conn, caller)
-            if caller.event_key is not None:
+            if look_for_claim and caller.event_key is not None:
                 claimed = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
                 if claimed is not None:
                     return {**delivery_view(claimed), "duplicate": True}
@@ -480,11 +489,15 @@ class Webhooks:
             raise unauthorized()
 
     def _repeated(self, caller):
-        """The original delivery of a repeated event id, or None (the secret checked as it is now)."""
-        with self.db.engine.begin() as conn:
-            self._current(conn, caller)
-            row = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
-        return None if row is None else {**delivery_view(row), "duplicate": True}
+        """The original delivery of a repeated event id, or None; one read, which also checks
+        the caller's secret against the trigger as it is now (401 if it changed)."""
+        with self.db.engine.connect() as conn:
+            row = _AUTH_AND_CLAIM.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
+        live = row is not None and row.active
+        if not (live and hmac.compare_digest(row.secret_hash, caller.secret_hash)):
+            self._triggers.pop(caller.trigger_id, None)
+            raise unauthorized()
+        return None if row.delivery_id is None else {**delivery_view(row), "duplicate": True}
 
     def _claimed(self, trigger_id, key):
         """The delivery that holds an event id's claim, with its task's live state, or None."""

@@ -1,6 +1,6 @@
-"""How a background run is written: its plan, step rows and first step starts commit together;
-its end, notification and task end commit together, and a failure of that joined
-transaction still ends all three."""
+"""How a background run is written: its task's claim, its plan, step rows and first step
+starts commit together; its end, notification and task end commit together, and a
+failure of either joined transaction still runs and ends it."""
 import gevent
 import pytest
 from sqlalchemy import event
@@ -48,6 +48,14 @@ def committed(host, action):
         event.remove(host.db.engine, "commit", commit)
 
 
+def dispatch_by_hand(host):
+    """What the (stopped) dispatcher would do once: claim a task and run its body."""
+    from core.tasks import TaskContext
+
+    for task, row, started in host.tasks._claim(1):
+        gevent.spawn(host.tasks.execute, TaskContext(task, host.tasks, row, started))
+
+
 def run_to_end(host, client, plan=PLAN):
     run_id = start_plan(client, plan)
     task = finished_task(host, client, run_id)
@@ -62,6 +70,7 @@ def test_the_plan_step_rows_and_first_step_starts_are_one_transaction(host_and_c
     assert task["state"] == "succeeded"
     planned = [t for t in transactions if "INSERT INTO AGENT_STEPS" in t]
     assert len(planned) == 1
+    assert "UPDATE TASKS SET" in planned[0]  # the task's claim: the embedded executor starts the run there
     # A run that never wrote an event has no step rows to look for: they are inserted with the
     # two roots already running, beside the run's status and the plan's and the starts' events.
     assert "UPDATE AGENT_RUNS SET" in planned[0] and "UPDATE AGENT_STEPS SET" not in planned[0]
@@ -177,3 +186,82 @@ def test_a_shutdown_during_the_run_end_keeps_the_last_steps_result(host_and_clie
     assert [(s["id"], s["status"], s["result"]) for s in detail["steps"]] == [("pick", "complete", 5)]
     assert [e["type"] for e in detail["events"] if e["type"] != "plan_token"] == [
         "plan_ready", "step_start", "step_complete"]
+
+
+def test_a_failed_claim_commit_leaves_the_task_queued_and_the_run_unstarted(host_and_client):
+    """The claim and the run's start are one transaction: neither survives without the other."""
+    host, client = host_and_client
+    failures = []
+
+    def fail_first_start(conn):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("injected: the claim's commit fails")
+
+    def statement(conn, cursor, sql, parameters, context, executemany):
+        if sql.startswith("INSERT INTO agent_steps") and not failures:
+            event.listen(conn, "commit", fail_first_start)  # this transaction's commit
+
+    event.listen(host.db.engine, "before_cursor_execute", statement)
+    try:
+        host.tasks.stop()  # claim by hand, below
+        run_id = start(client)
+        task_id = host.tasks.for_run(run_id)["taskId"]
+        with pytest.raises(RuntimeError):
+            host.tasks._claim(1)
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", statement)
+    assert host.tasks.for_run(run_id)["state"] == "queued"
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    assert detail["status"] == "queued" and detail["events"] == [] and detail["steps"] == []
+    dispatch_by_hand(host)  # claimed again, and this time it runs
+    task = finished_task(host, client, run_id)
+    assert task["taskId"] == task_id and task["state"] == "succeeded"
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    assert detail["status"] == "complete"
+    assert [e["seq"] for e in detail["events"]] == list(range(1, len(detail["events"]) + 1))
+
+
+def test_a_start_that_fails_in_the_claim_is_claimed_again_without_it(host_and_client, caplog):
+    host, client = host_and_client
+    agent = host.service("agent")
+    calls = []
+    real = agent.engine.start_in
+
+    def broken(conn, run_id, after):
+        calls.append(run_id)
+        real(conn, run_id, after)  # writes the start, then fails: all of it must roll back
+        raise RuntimeError("injected start failure")
+
+    agent.engine.start_in = broken
+    try:
+        run_id, task = run_to_end(host, client)
+    finally:
+        agent.engine.start_in = real
+    assert calls == [run_id]
+    assert task["state"] == "succeeded"
+    assert "its start failed" in caplog.text
+    detail = client.get(f"/api/agent/runs/{run_id}").json
+    assert detail["status"] == "complete"
+    types = [e["type"] for e in detail["events"] if e["type"] != "plan_token"]
+    assert types == ["plan_ready", "step_start", "step_complete", "complete"]  # written once, by the body
+    assert [e["seq"] for e in detail["events"]] == list(range(1, len(detail["events"]) + 1))
+
+
+def test_the_start_written_at_the_claim_reaches_a_live_subscriber_once_and_in_order(host_and_client):
+    from builtin_plugins.agent.store import channel
+
+    host, client = host_and_client
+    host.tasks.stop()  # the run waits in the queue until the subscriber is listening
+    run_id = start(client)
+    subscription = host.events.subscribe(channel(run_id))
+    try:
+        dispatch_by_hand(host)
+        live = []
+        while not live or live[-1][0] != "complete":
+            live.append(subscription.get(timeout=10))
+    finally:
+        subscription.close()
+    stored = client.get(f"/api/agent/runs/{run_id}").json["events"]
+    assert [(event, seq) for event, _, seq in live] == [(e["type"], e["seq"]) for e in stored]
+    assert [event for event, _, _ in live if event != "plan_token"][:2] == ["plan_ready", "step_start"]
