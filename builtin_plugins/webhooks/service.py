@@ -11,7 +11,8 @@ import uuid
 from dataclasses import dataclass
 
 import jsonschema
-from gevent.event import Event
+import gevent
+from gevent.event import AsyncResult, Event
 from gevent.lock import BoundedSemaphore
 from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -37,6 +38,7 @@ SECRET_BYTES = 32
 FILE_TOOLS = frozenset({"read_file", "write_file", "list_directory"})
 MAX_NESTING = 8
 TRIGGER_CACHE_SIZE = 1024  # triggers remembered by authenticate
+RECENT_EVENTS = 4096  # event ids this host admitted lately (a repeat is answered at once while the queue is full)
 # Compared against when the trigger is unknown or disabled, so every 401 costs the same.
 _NO_SECRET = hashlib.sha256(b"agenthost: no trigger").hexdigest()
 
@@ -125,6 +127,20 @@ class Caller:
     event_key: str | None
 
 
+class _Pending:
+    """A delivery waiting to be admitted with a group (see ``Webhooks._admit_grouped``)."""
+
+    __slots__ = ("caller", "inputs", "config", "look_for_claim", "outcome")
+
+    def __init__(self, caller, inputs, config, look_for_claim):
+        self.caller, self.inputs, self.config, self.look_for_claim = caller, inputs, config, look_for_claim
+        self.outcome = AsyncResult()  # its delivery, or _LEAD / _ALONE
+
+
+_LEAD = object()  # lead the next group
+_ALONE = object()  # admit yourself, on your own
+
+
 def _per_field(err, where):
     """An unexpected property is reported at that property (as the workflow's own checks do)."""
     if err.validator == "additionalProperties" and err.validator_value is False and isinstance(err.instance, dict):
@@ -171,6 +187,11 @@ class Webhooks:
         self._wait_for = float(host.config.get("webhooks.admission-wait-ms", 300)) / 1000
         self._max_waiters = int(host.config.get("webhooks.max-waiting-deliveries", 256))
         self._waiters = collections.deque()  # gevent Events, oldest first
+        # Deliveries ready at the same moment are admitted in one transaction, at most this many.
+        self._group_max = int(host.config.get("webhooks.admission-group", 16))
+        self._pending = []  # _Pending, in arrival order
+        self._recent = {}  # (trigger id, event key) this host admitted lately, oldest first
+        self._leader = False
         if host.tasks is not None:
             host.tasks.capacity_listeners.append(self._capacity_freed)
 
@@ -398,27 +419,32 @@ class Webhooks:
         key = caller.event_key
         deadline = time.monotonic() + self._wait_for
         attempt, woken, unclaimed = 0, False, False
+        if key is not None and (caller.trigger_id, key) in self._recent:
+            # A repeat of an event this host admitted lately: one read answers it, and it
+            # needs no place in the queue. Any other repeat is found in the admitting
+            # transaction, or at the end of a wait for a place, so that new events (and
+            # deliveries waiting while the queue is full) need no read of their own.
+            original = self._repeated(caller)
+            if original is not None:
+                return False, original
+            unclaimed = True  # the admission need not look again (a racing claim fails its insert)
         while True:
             if not woken:
-                # Known full, or others already wait for a place: queue behind them. A repeated
-                # event is answered first: it needs no place.
+                # Known full, or others already wait for a place: queue behind them.
                 full = self._known_full(caller.owner)
                 if full is not None or self._waiters:
-                    original = self._repeated(caller) if key is not None and not unclaimed else None
-                    if original is not None:
-                        return False, original
-                    # Not claimed yet: the admission need not look again (a concurrent claim
-                    # of the same id still fails its insert, below).
-                    unclaimed = True
                     if self._wait_for_place(deadline):
                         woken = True
                         continue
+                    if key is not None:
+                        original = self._repeated(caller)
+                        if original is not None:
+                            return False, original
                     if full is not None:
                         raise full
             woken = False
             try:
-                with self._admitting:
-                    delivery = self._admit(caller, inputs, config, look_for_claim=not unclaimed)
+                delivery = self._admit_grouped(caller, inputs, config, not unclaimed)
                 if delivery.get("duplicate"):
                     # The event id names the event: a repeat answers with the first copy, whatever it carries.
                     return False, delivery
@@ -448,6 +474,10 @@ class Webhooks:
             if attempt >= 3:
                 raise ApiError(503, "delivery_contended", "The delivery could not be admitted; retry shortly.",
                                headers={"Retry-After": "1"})
+        if key is not None:
+            self._recent[(caller.trigger_id, key)] = None
+            if len(self._recent) > RECENT_EVENTS:
+                del self._recent[next(iter(self._recent))]  # the oldest
         self.host.tasks.wake()
         return True, delivery
 
@@ -461,24 +491,89 @@ class Webhooks:
 
     def _admit(self, caller, inputs, config, look_for_claim=True):
         with self.db.engine.begin() as conn:
-            self._current(conn, caller)
-            if look_for_claim and caller.event_key is not None:
-                claimed = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
-                if claimed is not None:
-                    return {**delivery_view(claimed), "duplicate": True}
-            delivery_id, task_id, received = str(uuid.uuid4()), str(uuid.uuid4()), utcnow()
-            run_id = self._workflows().run(caller.workflow_id, inputs, config, owner=caller.owner,
-                                           published_only=True, priority="normal",
-                                           source=f"webhook:{caller.trigger_id}", session=conn, task_id=task_id)
-            # The claim, written last so that it names its run and task: a concurrent delivery
-            # of the same event id waits on the unique key here, then fails and reads this one.
-            # A 429 above raised before it, so the refused event id stays unclaimed.
-            _CLAIM.execute(conn, {"id": delivery_id, "trigger_id": caller.trigger_id, "event_key": caller.event_key,
-                                  "received_at": received, "idempotency_key_supplied": caller.event_key is not None,
-                                  "task_id": task_id, "run_id": run_id})
-            return {"deliveryId": delivery_id, "taskId": task_id, "runId": run_id, "status": "queued",
-                    "receivedAt": isoformat(received), "startedAt": None, "finishedAt": None, "error": None,
-                    "idempotencyKeySupplied": caller.event_key is not None, "duplicate": False}
+            return self._admit_on(conn, caller, inputs, config, look_for_claim)
+
+    def _admit_on(self, conn, caller, inputs, config, look_for_claim=True):
+        """One delivery's admission on ``conn`` (the caller commits): its delivery, or the
+        original one when ``look_for_claim`` finds the event id already claimed."""
+        self._current(conn, caller)
+        if look_for_claim and caller.event_key is not None:
+            claimed = _CLAIMED.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
+            if claimed is not None:
+                return {**delivery_view(claimed), "duplicate": True}
+        delivery_id, task_id, received = str(uuid.uuid4()), str(uuid.uuid4()), utcnow()
+        run_id = self._workflows().run(caller.workflow_id, inputs, config, owner=caller.owner,
+                                       published_only=True, priority="normal",
+                                       source=f"webhook:{caller.trigger_id}", session=conn, task_id=task_id)
+        # The claim, written last so that it names its run and task: a concurrent delivery
+        # of the same event id waits on the unique key here, then fails and reads this one.
+        # A 429 above raised before it, so the refused event id stays unclaimed.
+        _CLAIM.execute(conn, {"id": delivery_id, "trigger_id": caller.trigger_id, "event_key": caller.event_key,
+                              "received_at": received, "idempotency_key_supplied": caller.event_key is not None,
+                              "task_id": task_id, "run_id": run_id})
+        return {"deliveryId": delivery_id, "taskId": task_id, "runId": run_id, "status": "queued",
+                "receivedAt": isoformat(received), "startedAt": None, "finishedAt": None, "error": None,
+                "idempotencyKeySupplied": caller.event_key is not None, "duplicate": False}
+
+    # -- admitting together ----------------------------------------------------------------
+
+    def _admit_grouped(self, caller, inputs, config, look_for_claim):
+        """Admit with whatever other deliveries are ready at the same moment, in one transaction.
+
+        Deliveries become ready together when a claim frees several places at once (each
+        wakes one waiter) or several requests arrive in one turn of the event loop. The
+        first becomes the leader: it lets the others join (one turn), then admits them all
+        in one transaction, one commit for the group. If any of them fails there (a 429, a
+        400, a racing duplicate), the group rolls back and each is admitted alone, with its
+        own answer. The leader then hands over to the first delivery still waiting.
+        """
+        if self._group_max <= 1:
+            with self._admitting:
+                return self._admit(caller, inputs, config, look_for_claim)
+        mine = _Pending(caller, inputs, config, look_for_claim)
+        self._pending.append(mine)
+        if self._leader:
+            outcome = mine.outcome.get()
+            if outcome is _LEAD:  # handed over by the last leader
+                mine.outcome = AsyncResult()
+                outcome = self._lead(mine)
+        else:
+            self._leader = True
+            outcome = self._lead(mine)
+        if outcome is _ALONE:
+            with self._admitting:
+                return self._admit(caller, inputs, config, look_for_claim)
+        return outcome
+
+    def _lead(self, mine):
+        """Admit the group ``mine`` leads (``_leader`` is set); returns ``mine``'s outcome."""
+        group = []
+        try:
+            gevent.sleep(0)  # the deliveries woken or parsed in this turn join the group
+            group, self._pending = self._pending[:self._group_max], self._pending[self._group_max:]
+            if len(group) > 1:
+                try:
+                    with self._admitting:
+                        with self.db.engine.begin() as conn:
+                            answers = [self._admit_on(conn, p.caller, p.inputs, p.config, p.look_for_claim)
+                                       for p in group]
+                except Exception as exc:
+                    log.debug("a group of %d deliveries failed together (%s); each is admitted alone",
+                              len(group), type(exc).__name__)
+                else:
+                    for pending, answer in zip(group, answers):
+                        pending.outcome.set(answer)
+        finally:
+            for pending in group:
+                if not pending.outcome.ready():
+                    pending.outcome.set(_ALONE)
+            if mine in self._pending:  # killed before it took its group
+                self._pending.remove(mine)
+            if self._pending:
+                self._pending[0].outcome.set(_LEAD)  # still led: handed over
+            else:
+                self._leader = False
+        return mine.outcome.get()
 
     def _current(self, conn, caller):
         """Check the caller's secret against the trigger's row as it is now (401 if it changed)."""
