@@ -583,7 +583,8 @@ class Engine:
 
         staged = None
         end = {"error": None if status == "complete" else error, "result": result, "event": event, "data": data,
-               "streamed": streamed, "before": active.last_result}
+               "streamed": streamed, "before": active.last_result,
+               "committed": active.last_result.clear}  # written: a shutdown now must not write it again
         try:
             try:
                 staged, active.task_ended = self.store.finish(run_id, status, also=also, **end)

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from core.db import Prepared, connection_of, isoformat, update_where, utcnow
 from core.errors import NotFound
+from core.write_groups import WriteGroup
 
 from .models import Run, RunEvent, StepExecution
 
@@ -58,6 +59,9 @@ class RunStore:
         # concurrent steps publish in seq order and a stream's replay/live split
         # (by seq) can neither lose nor repeat an event.
         self._locks = {}
+        # Runs that end at the same moment (a wave of short runs started by one claim) write
+        # their ends in one transaction (see core.write_groups).
+        self._ends = WriteGroup(lambda: self.db.engine, int(host.config.get("agent.end-group", 16)))
 
     def _lock(self, run_id):
         lock = self._locks.get(run_id)
@@ -150,40 +154,54 @@ class RunStore:
         with self._begin() as conn:
             update_where(conn, _R, {"id": run_id}, self._status_values(status, fields))
 
-    def finish(self, run_id, status, *, error, result, event, data, streamed, also=None, before=()):
+    def finish(self, run_id, status, *, error, result, event, data, streamed, also=None, before=(),
+               committed=None):
         """The terminal status and the terminal event in one transaction, then publish.
 
         A stream that finds the run terminal therefore also finds its last event.
         ``before``: streamed events, each with its step row change ``(index, values)``,
         that precede the terminal event in the same transaction (the last step's result).
         ``also(conn)``: more to write in that transaction (the run's task's end); its
-        answer is returned once the transaction has committed.
+        answer is returned once the transaction has committed. ``committed()``: called as
+        soon as it has (even if this greenlet is killed while it waits for a grouped commit).
+
+        Runs ending at the same moment share one transaction (``WriteGroup``); if that
+        fails, each writes its end alone, and the error of its own reaches its caller.
         """
-        extra = None
-        with self._lock(run_id):
+        before = list(before)
+        with self._lock(run_id):  # held while the group writes this run's end on its behalf
             now = utcnow()
             last_seq = self._seq.get(run_id)
-            try:
-                with self._begin() as conn:
-                    if also is not None:
-                        extra = also(conn)
-                    first = None
-                    if before:
-                        for _, _, (index, values) in before:
-                            update_where(conn, _S, {"run_id": run_id, "index": index}, values)
-                        first = self._insert_events(conn, run_id, [(e, d) for e, d, _ in before], True)
-                    seq = self._next_seq(conn, run_id)
-                    update_where(conn, _R, {"id": run_id}, {
-                        "status": status, "error": error,
-                        "result": json.dumps(result) if result is not None else None,
-                        "updated_at": now, "finished_at": now})
-                    _INSERT_EVENT.execute(conn, {"run_id": run_id, "seq": seq, "type": event,
-                                                 "data": json.dumps(data), "streamed": streamed, "created_at": now})
-            except BaseException:
-                if last_seq is not None:  # nothing was written: the next attempt numbers from here
+
+            def write(conn):
+                extra = also(conn) if also is not None else None
+                first = None
+                if before:
+                    for _, _, (index, values) in before:
+                        update_where(conn, _S, {"run_id": run_id, "index": index}, values)
+                    first = self._insert_events(conn, run_id, [(e, d) for e, d, _ in before], True)
+                seq = self._next_seq(conn, run_id)
+                update_where(conn, _R, {"id": run_id}, {
+                    "status": status, "error": error,
+                    "result": json.dumps(result) if result is not None else None,
+                    "updated_at": now, "finished_at": now})
+                _INSERT_EVENT.execute(conn, {"run_id": run_id, "seq": seq, "type": event,
+                                             "data": json.dumps(data), "streamed": streamed, "created_at": now})
+                self._seq[run_id] = seq
+                return extra, first, seq
+
+            def undo():  # nothing was written: the next attempt numbers from here
+                if last_seq is not None:
                     self._seq[run_id] = last_seq
+                else:
+                    self._seq.pop(run_id, None)
+
+            try:
+                extra, first, seq = self._ends.run(
+                    write, undo=undo, committed=(lambda _: committed()) if committed is not None else None)
+            except BaseException:
+                undo()
                 raise
-            self._seq[run_id] = seq
             if before:
                 self._publish(run_id, [(e, d) for e, d, _ in before], first, True)
             if streamed:

@@ -11,8 +11,7 @@ import uuid
 from dataclasses import dataclass
 
 import jsonschema
-import gevent
-from gevent.event import AsyncResult, Event
+from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -21,6 +20,7 @@ from core import plans
 from core.db import Prepared, isoformat, utcnow
 from core.errors import ApiError, NotFound
 from core.tasks import CapacityError, Task
+from core.write_groups import WriteGroup
 
 from .models import WebhookDelivery, WebhookTrigger
 
@@ -127,20 +127,6 @@ class Caller:
     event_key: str | None
 
 
-class _Pending:
-    """A delivery waiting to be admitted with a group (see ``Webhooks._admit_grouped``)."""
-
-    __slots__ = ("caller", "inputs", "config", "look_for_claim", "outcome")
-
-    def __init__(self, caller, inputs, config, look_for_claim):
-        self.caller, self.inputs, self.config, self.look_for_claim = caller, inputs, config, look_for_claim
-        self.outcome = AsyncResult()  # its delivery, or _LEAD / _ALONE
-
-
-_LEAD = object()  # lead the next group
-_ALONE = object()  # admit yourself, on your own
-
-
 def _per_field(err, where):
     """An unexpected property is reported at that property (as the workflow's own checks do)."""
     if err.validator == "additionalProperties" and err.validator_value is False and isinstance(err.instance, dict):
@@ -187,11 +173,11 @@ class Webhooks:
         self._wait_for = float(host.config.get("webhooks.admission-wait-ms", 300)) / 1000
         self._max_waiters = int(host.config.get("webhooks.max-waiting-deliveries", 256))
         self._waiters = collections.deque()  # gevent Events, oldest first
-        # Deliveries ready at the same moment are admitted in one transaction, at most this many.
-        self._group_max = int(host.config.get("webhooks.admission-group", 16))
-        self._pending = []  # _Pending, in arrival order
+        # Deliveries ready at the same moment (woken by the same claim, or arrived in one turn of
+        # the event loop) are admitted in one transaction, at most this many; if any of them
+        # fails there (a 429, a 400, a racing duplicate) each is admitted alone.
+        self._group = WriteGroup(lambda: self.db.engine, int(host.config.get("webhooks.admission-group", 16)))
         self._recent = {}  # (trigger id, event key) this host admitted lately, oldest first
-        self._leader = False
         if host.tasks is not None:
             host.tasks.capacity_listeners.append(self._capacity_freed)
 
@@ -444,7 +430,9 @@ class Webhooks:
                         raise full
             woken = False
             try:
-                delivery = self._admit_grouped(caller, inputs, config, not unclaimed)
+                look = not unclaimed
+                delivery = self._group.run(lambda conn: self._admit_on(conn, caller, inputs, config, look),
+                                           alone=lambda: self._admit_alone(caller, inputs, config, look))
                 if delivery.get("duplicate"):
                     # The event id names the event: a repeat answers with the first copy, whatever it carries.
                     return False, delivery
@@ -489,9 +477,10 @@ class Webhooks:
                 {"planApproval": "auto", "permissionMode": permission_mode})
         return dict(config)
 
-    def _admit(self, caller, inputs, config, look_for_claim=True):
-        with self.db.engine.begin() as conn:
-            return self._admit_on(conn, caller, inputs, config, look_for_claim)
+    def _admit_alone(self, caller, inputs, config, look_for_claim=True):
+        with self._admitting:
+            with self.db.engine.begin() as conn:
+                return self._admit_on(conn, caller, inputs, config, look_for_claim)
 
     def _admit_on(self, conn, caller, inputs, config, look_for_claim=True):
         """One delivery's admission on ``conn`` (the caller commits): its delivery, or the
@@ -514,66 +503,6 @@ class Webhooks:
         return {"deliveryId": delivery_id, "taskId": task_id, "runId": run_id, "status": "queued",
                 "receivedAt": isoformat(received), "startedAt": None, "finishedAt": None, "error": None,
                 "idempotencyKeySupplied": caller.event_key is not None, "duplicate": False}
-
-    # -- admitting together ----------------------------------------------------------------
-
-    def _admit_grouped(self, caller, inputs, config, look_for_claim):
-        """Admit with whatever other deliveries are ready at the same moment, in one transaction.
-
-        Deliveries become ready together when a claim frees several places at once (each
-        wakes one waiter) or several requests arrive in one turn of the event loop. The
-        first becomes the leader: it lets the others join (one turn), then admits them all
-        in one transaction, one commit for the group. If any of them fails there (a 429, a
-        400, a racing duplicate), the group rolls back and each is admitted alone, with its
-        own answer. The leader then hands over to the first delivery still waiting.
-        """
-        if self._group_max <= 1:
-            with self._admitting:
-                return self._admit(caller, inputs, config, look_for_claim)
-        mine = _Pending(caller, inputs, config, look_for_claim)
-        self._pending.append(mine)
-        if self._leader:
-            outcome = mine.outcome.get()
-            if outcome is _LEAD:  # handed over by the last leader
-                mine.outcome = AsyncResult()
-                outcome = self._lead(mine)
-        else:
-            self._leader = True
-            outcome = self._lead(mine)
-        if outcome is _ALONE:
-            with self._admitting:
-                return self._admit(caller, inputs, config, look_for_claim)
-        return outcome
-
-    def _lead(self, mine):
-        """Admit the group ``mine`` leads (``_leader`` is set); returns ``mine``'s outcome."""
-        group = []
-        try:
-            gevent.sleep(0)  # the deliveries woken or parsed in this turn join the group
-            group, self._pending = self._pending[:self._group_max], self._pending[self._group_max:]
-            if len(group) > 1:
-                try:
-                    with self._admitting:
-                        with self.db.engine.begin() as conn:
-                            answers = [self._admit_on(conn, p.caller, p.inputs, p.config, p.look_for_claim)
-                                       for p in group]
-                except Exception as exc:
-                    log.debug("a group of %d deliveries failed together (%s); each is admitted alone",
-                              len(group), type(exc).__name__)
-                else:
-                    for pending, answer in zip(group, answers):
-                        pending.outcome.set(answer)
-        finally:
-            for pending in group:
-                if not pending.outcome.ready():
-                    pending.outcome.set(_ALONE)
-            if mine in self._pending:  # killed before it took its group
-                self._pending.remove(mine)
-            if self._pending:
-                self._pending[0].outcome.set(_LEAD)  # still led: handed over
-            else:
-                self._leader = False
-        return mine.outcome.get()
 
     def _current(self, conn, caller):
         """Check the caller's secret against the trigger's row as it is now (401 if it changed)."""
