@@ -48,11 +48,11 @@ def committed(host, action):
         event.remove(host.db.engine, "commit", commit)
 
 
-def dispatch_by_hand(host):
-    """What the (stopped) dispatcher would do once: claim a task and run its body."""
+def dispatch_by_hand(host, places=1):
+    """What the (stopped) dispatcher would do once: claim tasks and run their bodies."""
     from core.tasks import TaskContext
 
-    for task, row, started in host.tasks._claim(1):
+    for task, row, started in host.tasks._claim(places):
         gevent.spawn(host.tasks.execute, TaskContext(task, host.tasks, row, started))
 
 
@@ -265,3 +265,55 @@ def test_the_start_written_at_the_claim_reaches_a_live_subscriber_once_and_in_or
     stored = client.get(f"/api/agent/runs/{run_id}").json["events"]
     assert [(event, seq) for event, _, seq in live] == [(e["type"], e["seq"]) for e in stored]
     assert [event for event, _, _ in live if event != "plan_token"][:2] == ["plan_ready", "step_start"]
+
+
+def test_runs_that_end_together_write_their_ends_in_one_transaction(host_and_client):
+    host, client = host_and_client
+    host.tasks.stop()  # queue them all, then start them in one claim
+    run_ids = [start(client) for _ in range(6)]
+
+    def run_all():
+        dispatch_by_hand(host, places=6)
+        return [finished_task(host, client, run_id) for run_id in run_ids]
+
+    tasks, transactions = committed(host, run_all)
+    assert [t["state"] for t in tasks] == ["succeeded"] * 6
+    ends = [t.count("INSERT INTO NOTIFICATIONS") for t in transactions if "INSERT INTO NOTIFICATIONS" in t]
+    assert sum(ends) == 6 and max(ends) > 1, ends  # fewer commits than runs
+    for run_id in run_ids:
+        detail = client.get(f"/api/agent/runs/{run_id}").json
+        assert detail["status"] == "complete"
+        assert [e["seq"] for e in detail["events"]] == list(range(1, len(detail["events"]) + 1))
+        assert detail["events"][-1]["type"] == "complete"
+        assert len(notes_for(client, run_id)) == 1
+
+
+def test_a_run_end_that_fails_in_a_group_is_written_alone_and_the_others_are_kept(host_and_client, caplog):
+    host, client = host_and_client
+    host.tasks.stop()
+    run_ids = [start(client) for _ in range(4)]
+    doomed = run_ids[2]
+    failures = []
+
+    def statement(conn, cursor, sql, parameters, context, executemany):
+        # The first time the doomed run's end is written (in a group), it fails.
+        if (sql.startswith("UPDATE agent_runs SET status") and not failures
+                and doomed in str(parameters) and "complete" in str(parameters)):
+            failures.append(1)
+            raise RuntimeError("injected: one run's end fails")
+
+    event.listen(host.db.engine, "before_cursor_execute", statement)
+    try:
+        dispatch_by_hand(host, places=4)
+        tasks = [finished_task(host, client, run_id) for run_id in run_ids]
+    finally:
+        event.remove(host.db.engine, "before_cursor_execute", statement)
+    assert failures == [1]
+    assert [t["state"] for t in tasks] == ["succeeded"] * 4
+    for run_id in run_ids:
+        detail = client.get(f"/api/agent/runs/{run_id}").json
+        assert detail["status"] == "complete"
+        types = [e["type"] for e in detail["events"] if e["type"] != "plan_token"]
+        assert types == ["plan_ready", "step_start", "step_complete", "complete"]
+        assert [e["seq"] for e in detail["events"]] == list(range(1, len(detail["events"]) + 1))
+        assert len(notes_for(client, run_id)) == 1

@@ -1,0 +1,148 @@
+"""Group commit (core.write_groups.WriteGroup): writes ready together share one transaction, on every
+backend; a failure in the group leaves each write to succeed or fail alone."""
+import gevent
+import gevent.event
+import pytest
+from sqlalchemy import Integer, String, event, func, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Mapped, mapped_column
+
+from core.datasource import engine_url
+from core.db import Database, Model
+from core.write_groups import WriteGroup
+
+
+class Entry(Model):
+    __tablename__ = "write_group_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    label: Mapped[str] = mapped_column(String(16), nullable=False)
+
+
+_E = Entry.__table__
+
+
+@pytest.fixture
+def db(backend, fresh_datasource, tmp_path):
+    url, connect_args = engine_url(tmp_path, fresh_datasource(backend))
+    database = Database(url, connect_args)
+    Model.metadata.create_all(database.engine, tables=[_E])
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def commits(db):
+    """The transactions that committed inserts, each as the number of rows it inserted."""
+    seen, current = [], {}  # per connection: transactions run side by side on PostgreSQL and MySQL
+
+    def statement(conn, cursor, sql, parameters, context, executemany):
+        if sql.startswith("INSERT INTO write_group_entries"):
+            current[id(conn)] = current.get(id(conn), 0) + 1
+
+    def commit(conn):
+        if current.get(id(conn)):
+            seen.append(current[id(conn)])
+        current.pop(id(conn), None)
+
+    def rollback(conn):
+        current.pop(id(conn), None)
+
+    event.listen(db.engine, "before_cursor_execute", statement)
+    event.listen(db.engine, "commit", commit)
+    event.listen(db.engine, "rollback", rollback)
+    yield seen
+    event.remove(db.engine, "before_cursor_execute", statement)
+    event.remove(db.engine, "commit", commit)
+    event.remove(db.engine, "rollback", rollback)
+
+
+def stored(db):
+    with db.engine.connect() as conn:
+        return dict(conn.execute(select(_E.c.id, _E.c.label).order_by(_E.c.id)).all())
+
+
+def writer(n, label=None):
+    def write(conn):
+        conn.execute(insert(_E).values(id=n, label=label or f"row-{n}"))
+        return n * 10
+    return write
+
+
+def together_started(*calls):
+    """Start every call in its own greenlet in one turn of the event loop; returns the greenlets."""
+    return [gevent.spawn(call) for call in calls]
+
+
+def together(*calls):
+    """Start every call in its own greenlet in one turn of the event loop; returns the greenlets, joined."""
+    greenlets = [gevent.spawn(call) for call in calls]
+    gevent.joinall(greenlets, timeout=30)
+    return greenlets
+
+
+def test_writes_ready_together_commit_once_and_each_caller_gets_its_answer(db, commits):
+    group = WriteGroup(lambda: db.engine)
+    done = []
+    greenlets = together(*[lambda n=n: group.run(writer(n), committed=done.append) for n in range(1, 7)])
+    assert [g.value for g in greenlets] == [10, 20, 30, 40, 50, 60]
+    assert commits == [6]
+    assert sorted(done) == [10, 20, 30, 40, 50, 60]
+    assert stored(db) == {n: f"row-{n}" for n in range(1, 7)}
+
+
+def test_a_failing_write_rolls_the_group_back_and_each_writes_alone(db, commits):
+    group = WriteGroup(lambda: db.engine)
+    with db.engine.begin() as conn:
+        conn.execute(insert(_E).values(id=3, label="taken"))
+    commits.clear()
+    undone = []
+    calls = [lambda n=n: group.run(writer(n), undo=lambda n=n: undone.append(n)) for n in (1, 2, 3, 4)]
+    greenlets = together(*calls)
+    assert sorted(undone) == [1, 2, 3, 4]  # the group's transaction rolled back whole
+    assert [g.value for g in greenlets if g.successful()] == [10, 20, 40]
+    assert isinstance(greenlets[2].exception, IntegrityError)  # its own error, to its own caller
+    assert commits == [1, 1, 1]  # then each alone
+    assert stored(db) == {1: "row-1", 2: "row-2", 3: "taken", 4: "row-4"}
+
+
+def test_writers_that_arrive_during_a_group_form_the_next_one(db, commits):
+    group = WriteGroup(lambda: db.engine, max_size=3)
+    greenlets = together(*[lambda n=n: group.run(writer(n)) for n in range(1, 9)])
+    assert [g.value for g in greenlets] == [n * 10 for n in range(1, 9)]
+    assert commits == [3, 3, 2]  # at most max_size per group; the leader hands over
+    assert len(stored(db)) == 8
+    # And the group is free again afterwards.
+    assert group.run(writer(9)) == 90 and commits[-1] == 1
+
+
+def test_a_writer_killed_while_it_waits_for_the_next_group_never_writes(db):
+    group = WriteGroup(lambda: db.engine)
+    busy = gevent.event.Event()
+
+    def slow(n):
+        def write(conn):
+            busy.set()
+            gevent.sleep(0.2)  # the group's transaction is still open
+            return writer(n)(conn)
+        return write
+
+    first = together_started(lambda: group.run(slow(1)), lambda: group.run(writer(2)))
+    busy.wait(10)
+    waiting = gevent.spawn(group.run, writer(3))
+    gevent.sleep(0.05)  # it queued behind the running group
+    waiting.kill()
+    gevent.joinall(first, timeout=10)
+    assert [g.value for g in first] == [10, 20]
+    assert stored(db) == {1: "row-1", 2: "row-2"}
+    assert group.run(writer(4)) == 40  # nobody is left waiting for a leader
+    assert stored(db) == {1: "row-1", 2: "row-2", 4: "row-4"}
+
+
+def test_a_group_of_one_is_size_one(db, commits):
+    group = WriteGroup(lambda: db.engine, max_size=1)
+    greenlets = together(*[lambda n=n: group.run(writer(n)) for n in (1, 2, 3)])
+    assert [g.value for g in greenlets] == [10, 20, 30]
+    assert commits == [1, 1, 1]
+    with db.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(_E)).scalar() == 3
