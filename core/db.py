@@ -297,8 +297,6 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._checkpointer = None
-        self._writes = None
-        self.write_group_size = 32  # the host sets service.write-group
 
     @classmethod
     def from_datasource(cls, data_dir, datasource, timeout=5):
@@ -373,15 +371,6 @@ class Database:
         if self.kind == "sqlite" and self._checkpointer is None and self.url.database not in (None, "", ":memory:"):
             self._checkpointer = WalCheckpointer(self.url.database, interval)
             self._checkpointer.start()
-
-    @property
-    def writes(self):
-        """The database's ``WriteGroup``: the hot writers (webhook admissions, run ends) that
-        are ready at the same moment share one transaction (see core.write_groups)."""
-        if self._writes is None:
-            from .write_groups import WriteGroup
-            self._writes = WriteGroup(lambda: self.engine, self.write_group_size)
-        return self._writes
 
     def dispose(self):
         if self._checkpointer is not None:

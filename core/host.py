@@ -136,7 +136,6 @@ class Host:
                 db.dispose()
                 log.exception("migrations failed")
                 raise ModeError("the database schema could not be migrated") from exc
-            db.write_group_size = int(self.config.get("service.write-group", 32))
             self.db = db
             if self.role == "host":
                 db.start_background_checkpoints(float(self.config.get("service.sqlite-checkpoint-seconds", 1.0)))

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from core.db import Prepared, connection_of, isoformat, update_where, utcnow
 from core.errors import NotFound
+from core.write_groups import WriteGroup
 
 from .models import Run, RunEvent, StepExecution
 
@@ -58,6 +59,9 @@ class RunStore:
         # concurrent steps publish in seq order and a stream's replay/live split
         # (by seq) can neither lose nor repeat an event.
         self._locks = {}
+        # Runs that end at the same moment (a wave of short runs started by one claim) write
+        # their ends in one transaction (see core.write_groups).
+        self._ends = WriteGroup(lambda: self.db.engine, int(host.config.get("agent.end-group", 16)))
 
     def _lock(self, run_id):
         lock = self._locks.get(run_id)
@@ -193,9 +197,7 @@ class RunStore:
                     self._seq.pop(run_id, None)
 
             try:
-                # Runs ending at the same moment as other writes (a wave of short runs started by
-                # one claim, deliveries woken by it) share their transaction (core.write_groups).
-                extra, first, seq = self.db.writes.run(
+                extra, first, seq = self._ends.run(
                     write, undo=undo, committed=(lambda _: committed()) if committed is not None else None)
             except BaseException:
                 undo()

@@ -20,6 +20,7 @@ from core import plans
 from core.db import Prepared, isoformat, utcnow
 from core.errors import ApiError, NotFound
 from core.tasks import CapacityError, Task
+from core.write_groups import WriteGroup
 
 from .models import WebhookDelivery, WebhookTrigger
 
@@ -172,6 +173,10 @@ class Webhooks:
         self._wait_for = float(host.config.get("webhooks.admission-wait-ms", 300)) / 1000
         self._max_waiters = int(host.config.get("webhooks.max-waiting-deliveries", 256))
         self._waiters = collections.deque()  # gevent Events, oldest first
+        # Deliveries ready at the same moment (woken by the same claim, or arrived in one turn of
+        # the event loop) are admitted in one transaction, at most this many; if any of them
+        # fails there (a 429, a 400, a racing duplicate) each is admitted alone.
+        self._group = WriteGroup(lambda: self.db.engine, int(host.config.get("webhooks.admission-group", 16)))
         self._recent = {}  # (trigger id, event key) this host admitted lately, oldest first
         if host.tasks is not None:
             host.tasks.capacity_listeners.append(self._capacity_freed)
@@ -426,11 +431,8 @@ class Webhooks:
             woken = False
             try:
                 look = not unclaimed
-                # Deliveries ready at the same moment (woken by one claim, or arrived in one turn
-                # of the event loop) are admitted in one transaction; if any of them fails there
-                # (a 429, a 400, a racing duplicate), each is admitted alone.
-                delivery = self.db.writes.run(lambda conn: self._admit_on(conn, caller, inputs, config, look),
-                                              alone=lambda: self._admit_alone(caller, inputs, config, look))
+                delivery = self._group.run(lambda conn: self._admit_on(conn, caller, inputs, config, look),
+                                           alone=lambda: self._admit_alone(caller, inputs, config, look))
                 if delivery.get("duplicate"):
                     # The event id names the event: a repeat answers with the first copy, whatever it carries.
                     return False, delivery
