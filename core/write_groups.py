@@ -68,6 +68,8 @@ class WriteGroup:
         except gevent.GreenletExit:
             if mine in self._pending:  # not taken yet: it never runs
                 self._pending.remove(mine)
+            if mine.outcome.ready() and mine.outcome.value is _LEAD:
+                self._hand_over()  # handed the lead as it was killed: pass it on
             raise
         if outcome is _ALONE:
             return self._alone(write, committed, alone)
@@ -96,11 +98,15 @@ class WriteGroup:
                     member.outcome.set(_ALONE)
             if mine in self._pending:  # killed before it took its group
                 self._pending.remove(mine)
-            if self._pending:
-                self._pending[0].outcome.set(_LEAD)  # still led: handed over
-            else:
-                self._leader = False
+            self._hand_over()
         return mine.outcome.get()
+
+    def _hand_over(self):
+        """The lead goes to the first writer still waiting, if any (``_leader`` stays set)."""
+        if self._pending:
+            self._pending[0].outcome.set(_LEAD)
+        else:
+            self._leader = False
 
     def _write_group(self, group):
         try:

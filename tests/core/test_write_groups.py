@@ -116,18 +116,19 @@ def test_writers_that_arrive_during_a_group_form_the_next_one(db, commits):
     assert group.run(writer(9)) == 90 and commits[-1] == 1
 
 
+def slowly(n, busy):
+    """A write that keeps its group's transaction open for a while (others queue meanwhile)."""
+    def write(conn):
+        busy.set()
+        gevent.sleep(0.2)
+        return writer(n)(conn)
+    return write
+
+
 def test_a_writer_killed_while_it_waits_for_the_next_group_never_writes(db):
     group = WriteGroup(lambda: db.engine)
     busy = gevent.event.Event()
-
-    def slow(n):
-        def write(conn):
-            busy.set()
-            gevent.sleep(0.2)  # the group's transaction is still open
-            return writer(n)(conn)
-        return write
-
-    first = together_started(lambda: group.run(slow(1)), lambda: group.run(writer(2)))
+    first = together_started(lambda: group.run(slowly(1, busy)), lambda: group.run(writer(2)))
     busy.wait(10)
     waiting = gevent.spawn(group.run, writer(3))
     gevent.sleep(0.05)  # it queued behind the running group
@@ -136,6 +137,25 @@ def test_a_writer_killed_while_it_waits_for_the_next_group_never_writes(db):
     assert [g.value for g in first] == [10, 20]
     assert stored(db) == {1: "row-1", 2: "row-2"}
     assert group.run(writer(4)) == 40  # nobody is left waiting for a leader
+    assert stored(db) == {1: "row-1", 2: "row-2", 4: "row-4"}
+
+
+def test_a_writer_killed_as_it_is_handed_the_lead_passes_it_on(db):
+    group = WriteGroup(lambda: db.engine, max_size=2)
+    busy, waiting = gevent.event.Event(), {}
+
+    def kill_the_next_leader(_):
+        # Runs right after the group commits, before the lead is handed to "third".
+        waiting["third"].kill(block=False)
+
+    first = together_started(lambda: group.run(slowly(1, busy), committed=kill_the_next_leader),
+                             lambda: group.run(writer(2)))
+    busy.wait(10)
+    waiting["third"] = gevent.spawn(group.run, writer(3))
+    fourth = gevent.spawn(group.run, writer(4))
+    gevent.joinall([*first, fourth], timeout=10)
+    assert [g.value for g in first] == [10, 20]
+    assert fourth.value == 40  # the lead reached it
     assert stored(db) == {1: "row-1", 2: "row-2", 4: "row-4"}
 
 
