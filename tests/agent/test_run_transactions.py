@@ -8,6 +8,7 @@ from sqlalchemy import event
 from tests.agent.run_end_support import finished_task, start_plan
 from tests.agent.support import Tools, wait_for
 from tests.conftest import HEADERS
+from tests.transactions import committed_transactions
 
 PLAN = {"steps": [{"id": "pick", "tool": "json_extract", "arguments": {"value": {"a": 5}, "path": "a"}}]}
 
@@ -30,22 +31,8 @@ def notes_for(client, run_id):
 
 def committed(host, action):
     """``action()``'s result and the statements of each transaction committed meanwhile (first three words)."""
-    transactions, current = [], []
-
-    def statement(conn, cursor, sql, parameters, context, executemany):
-        current.append(" ".join(sql.split()[:3]).upper())
-
-    def commit(conn):
-        transactions.append(list(current))
-        current.clear()
-
-    event.listen(host.db.engine, "before_cursor_execute", statement)
-    event.listen(host.db.engine, "commit", commit)
-    try:
+    with committed_transactions(host.db.engine) as transactions:
         return action(), transactions
-    finally:
-        event.remove(host.db.engine, "before_cursor_execute", statement)
-        event.remove(host.db.engine, "commit", commit)
 
 
 def dispatch_by_hand(host, places=1):

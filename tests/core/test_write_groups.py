@@ -3,13 +3,14 @@ backend; a failure in the group leaves each write to succeed or fail alone."""
 import gevent
 import gevent.event
 import pytest
-from sqlalchemy import Integer, String, event, func, insert, select
+from sqlalchemy import Integer, String, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.datasource import engine_url
 from core.db import Database, Model
 from core.write_groups import WriteGroup
+from tests.transactions import committed_transactions, counts
 
 
 class Entry(Model):
@@ -33,28 +34,14 @@ def db(backend, fresh_datasource, tmp_path):
 
 @pytest.fixture
 def commits(db):
-    """The transactions that committed inserts, each as the number of rows it inserted."""
-    seen, current = [], {}  # per connection: transactions run side by side on PostgreSQL and MySQL
+    """Every transaction committed during the test (see tests/transactions.py)."""
+    with committed_transactions(db.engine) as transactions:
+        yield transactions
 
-    def statement(conn, cursor, sql, parameters, context, executemany):
-        if sql.startswith("INSERT INTO write_group_entries"):
-            current[id(conn)] = current.get(id(conn), 0) + 1
 
-    def commit(conn):
-        if current.get(id(conn)):
-            seen.append(current[id(conn)])
-        current.pop(id(conn), None)
-
-    def rollback(conn):
-        current.pop(id(conn), None)
-
-    event.listen(db.engine, "before_cursor_execute", statement)
-    event.listen(db.engine, "commit", commit)
-    event.listen(db.engine, "rollback", rollback)
-    yield seen
-    event.remove(db.engine, "before_cursor_execute", statement)
-    event.remove(db.engine, "commit", commit)
-    event.remove(db.engine, "rollback", rollback)
+def inserts(commits):
+    """The number of rows each committed transaction inserted (those without inserts left out)."""
+    return counts(commits, "INSERT INTO WRITE_GROUP_ENTRIES")
 
 
 def stored(db):
@@ -86,7 +73,7 @@ def test_writes_ready_together_commit_once_and_each_caller_gets_its_answer(db, c
     done = []
     greenlets = together(*[lambda n=n: group.run(writer(n), committed=done.append) for n in range(1, 7)])
     assert [g.value for g in greenlets] == [10, 20, 30, 40, 50, 60]
-    assert commits == [6]
+    assert inserts(commits) == [6]
     assert sorted(done) == [10, 20, 30, 40, 50, 60]
     assert stored(db) == {n: f"row-{n}" for n in range(1, 7)}
 
@@ -102,7 +89,7 @@ def test_a_failing_write_rolls_the_group_back_and_each_writes_alone(db, commits)
     assert sorted(undone) == [1, 2, 3, 4]  # the group's transaction rolled back whole
     assert [g.value for g in greenlets if g.successful()] == [10, 20, 40]
     assert isinstance(greenlets[2].exception, IntegrityError)  # its own error, to its own caller
-    assert commits == [1, 1, 1]  # then each alone
+    assert inserts(commits) == [1, 1, 1]  # then each alone
     assert stored(db) == {1: "row-1", 2: "row-2", 3: "taken", 4: "row-4"}
 
 
@@ -110,10 +97,10 @@ def test_writers_that_arrive_during_a_group_form_the_next_one(db, commits):
     group = WriteGroup(lambda: db.engine, max_size=3)
     greenlets = together(*[lambda n=n: group.run(writer(n)) for n in range(1, 9)])
     assert [g.value for g in greenlets] == [n * 10 for n in range(1, 9)]
-    assert commits == [3, 3, 2]  # at most max_size per group; the leader hands over
+    assert inserts(commits) == [3, 3, 2]  # at most max_size per group; the leader hands over
     assert len(stored(db)) == 8
     # And the group is free again afterwards.
-    assert group.run(writer(9)) == 90 and commits[-1] == 1
+    assert group.run(writer(9)) == 90 and inserts(commits)[-1] == 1
 
 
 def slowly(n, busy):
@@ -163,6 +150,6 @@ def test_a_group_of_one_is_size_one(db, commits):
     group = WriteGroup(lambda: db.engine, max_size=1)
     greenlets = together(*[lambda n=n: group.run(writer(n)) for n in (1, 2, 3)])
     assert [g.value for g in greenlets] == [10, 20, 30]
-    assert commits == [1, 1, 1]
+    assert inserts(commits) == [1, 1, 1]
     with db.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(_E)).scalar() == 3

@@ -3,10 +3,9 @@ import collections
 
 import gevent
 import pytest
-from sqlalchemy import event
-
 from tests.conftest import HEADERS
 from tests.core.problems import assert_problem
+from tests.transactions import committed_transactions, counts
 
 from .support import HookTools, create_trigger, deliver, delivery_rows, published_workflow, webhook_tasks
 
@@ -31,30 +30,10 @@ def at_once(app, trigger, bodies, event_ids):
 
 
 def admitting_transactions(host, action):
-    """``action()``'s result, and how many committed transactions wrote a delivery row, with how many rows."""
-    counts, current = [], [0]
-
-    def statement(conn, cursor, sql, parameters, context, executemany):
-        if sql.startswith("INSERT INTO webhook_deliveries"):
-            current[0] += 1
-
-    def commit(conn):
-        if current[0]:
-            counts.append(current[0])
-        current[0] = 0
-
-    def rollback(conn):
-        current[0] = 0
-
-    event.listen(host.db.engine, "before_cursor_execute", statement)
-    event.listen(host.db.engine, "commit", commit)
-    event.listen(host.db.engine, "rollback", rollback)
-    try:
-        return action(), counts
-    finally:
-        event.remove(host.db.engine, "before_cursor_execute", statement)
-        event.remove(host.db.engine, "commit", commit)
-        event.remove(host.db.engine, "rollback", rollback)
+    """``action()``'s result, and the number of delivery rows each committed transaction wrote."""
+    with committed_transactions(host.db.engine) as transactions:
+        result = action()
+    return result, counts(transactions, "INSERT INTO WEBHOOK_DELIVERIES")
 
 
 def test_deliveries_ready_together_commit_together_and_each_gets_its_own_run(setup):
