@@ -1,5 +1,4 @@
 """The plan-and-execute engine: runs an AgentPlan as a dependency graph, with gates, retries and cancel."""
-import collections
 import json
 import logging
 import secrets
@@ -7,6 +6,7 @@ import time
 import types
 
 import gevent
+from cachetools import LRUCache
 from gevent.event import AsyncResult, Event
 from gevent.lock import RLock, Semaphore
 from gevent.pool import Pool
@@ -73,7 +73,7 @@ class Engine:
         self.active = {}
         self.concurrency = max(1, int(host.config.get("agent.step-concurrency", DEFAULT_CONCURRENCY)))
         self.cancel_grace = float(host.config.get("agent.cancel-grace-seconds", DEFAULT_CANCEL_GRACE))
-        self._plans = collections.OrderedDict()  # (draft text, catalog generation) -> _checked_plan's answer
+        self._plans = LRUCache(PLAN_CACHE)  # (draft text, catalog generation) -> _checked_plan's answer
 
     # -- starting ------------------------------------------------------------------------
 
@@ -341,7 +341,6 @@ class Engine:
         key = (text, self.host.tools.generation)
         checked = self._plans.get(key)
         if checked is not None:
-            self._plans.move_to_end(key)
             return checked
         try:
             plan = plans.validate(json.loads(text), tools=self.host.tools)
@@ -354,8 +353,6 @@ class Engine:
         events.append(("plan_ready", {"plan": shown}))
         events = [(event, data, json.dumps(data)) for event, data in events]
         checked = self._plans[key] = (plan, shown, shown_text, events)
-        while len(self._plans) > PLAN_CACHE:
-            self._plans.popitem(last=False)
         return checked
 
     def _edited_plan(self, run_id, run, edited):

@@ -78,7 +78,7 @@ class AgentService:
         from core.tasks import TaskCancelled, TaskFailed
 
         run_id = task["payload"]["runId"]
-        started = getattr(ctx, "started", None)
+        started = ctx.started
         if ctx.cancelled.is_set() and started is None:  # cancelled while it waited for an executor
             self.engine.finish_unstarted(run_id, "cancelled", "cancelled before it started")
             raise TaskCancelled({"runId": run_id, "status": "cancelled"})

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 
 import jsonschema
+from cachetools import LRUCache
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from sqlalchemy import and_, bindparam, insert, select, update
@@ -160,7 +161,7 @@ class Webhooks:
         # admission briefly needs two: its own and the workflow read).
         self._admitting = BoundedSemaphore(int(host.config.get("webhooks.max-concurrent-admissions", 8)))
         self._configs = {}  # permission mode -> parsed run config
-        self._triggers = {}  # trigger id -> its row as last read (see authenticate)
+        self._triggers = LRUCache(TRIGGER_CACHE_SIZE)  # trigger id -> its row as last read (see authenticate)
         # Load shedding: after a 429, further deliveries of that owner skip the admitting
         # transaction (it would fail the same way) until a queued place frees or this many
         # seconds pass. Under a flood this keeps the CPU for the tasks that drain the queue.
@@ -177,7 +178,7 @@ class Webhooks:
         # the event loop) are admitted in one transaction, at most this many; if any of them
         # fails there (a 429, a 400, a racing duplicate) each is admitted alone.
         self._group = WriteGroup(lambda: self.db.engine, int(host.config.get("webhooks.admission-group", 16)))
-        self._recent = {}  # (trigger id, event key) this host admitted lately, oldest first
+        self._recent = LRUCache(RECENT_EVENTS)  # (trigger id, event key) -> None: this host admitted it lately
         if host.tasks is not None:
             host.tasks.capacity_listeners.append(self._capacity_freed)
 
@@ -385,8 +386,6 @@ class Webhooks:
         if row is None or not row.active:
             self._triggers.pop(trigger_id, None)
             return
-        if len(self._triggers) >= TRIGGER_CACHE_SIZE:
-            self._triggers.pop(next(iter(self._triggers)))  # the oldest entry
         self._triggers[trigger_id] = row
 
     def deliver(self, caller, overlay):
@@ -464,8 +463,6 @@ class Webhooks:
                                headers={"Retry-After": "1"})
         if key is not None:
             self._recent[(caller.trigger_id, key)] = None
-            if len(self._recent) > RECENT_EVENTS:
-                del self._recent[next(iter(self._recent))]  # the oldest
         self.host.tasks.wake()
         return True, delivery
 
@@ -506,22 +503,22 @@ class Webhooks:
 
     def _current(self, conn, caller):
         """Check the caller's secret against the trigger's row as it is now (401 if it changed)."""
-        current = _CURRENT_SECRET.first(conn, {"trigger_id": caller.trigger_id})
-        live = current is not None and current.active
-        if not (live and hmac.compare_digest(current.secret_hash, caller.secret_hash)):
-            self._triggers.pop(caller.trigger_id, None)
-            raise unauthorized()
+        self._still_open(caller, _CURRENT_SECRET.first(conn, {"trigger_id": caller.trigger_id}))
 
     def _repeated(self, caller):
         """The original delivery of a repeated event id, or None; one read, which also checks
         the caller's secret against the trigger as it is now (401 if it changed)."""
         with self.db.engine.connect() as conn:
             row = _AUTH_AND_CLAIM.first(conn, {"trigger_id": caller.trigger_id, "key": caller.event_key})
+        self._still_open(caller, row)
+        return None if row.delivery_id is None else {**delivery_view(row), "duplicate": True}
+
+    def _still_open(self, caller, row):
+        """401 unless ``row`` (the trigger as just read) is active with the secret the caller matched."""
         live = row is not None and row.active
         if not (live and hmac.compare_digest(row.secret_hash, caller.secret_hash)):
-            self._triggers.pop(caller.trigger_id, None)
+            self._triggers.pop(caller.trigger_id, None)  # whatever changed, read it afresh next time
             raise unauthorized()
-        return None if row.delivery_id is None else {**delivery_view(row), "duplicate": True}
 
     def _claimed(self, trigger_id, key):
         """The delivery that holds an event id's claim, with its task's live state, or None."""

@@ -1,5 +1,4 @@
 """Workflow logic: drafts with optimistic concurrency, immutable snapshots, catalog tools, runs."""
-import collections
 import json
 import logging
 import re
@@ -8,6 +7,7 @@ import unicodedata
 import uuid
 
 import jsonschema
+from cachetools import LRUCache
 from marshmallow import ValidationError
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
@@ -181,7 +181,7 @@ class Workflows:
         # (workflow id, revision) -> (snapshot view, input validator). Revisions are
         # immutable, so an entry never goes stale; the workflow row is still read on
         # every run, so unpublishing, deleting or restoring takes effect at once.
-        self._snapshots = collections.OrderedDict()
+        self._snapshots = LRUCache(SNAPSHOT_CACHE)
         self._tools = {}  # workflow id -> tool name
         # Reading the published state and changing the catalog happen as one step, so the
         # catalog always ends up matching the last committed state.
@@ -386,10 +386,6 @@ class Workflows:
             except Exception:  # validate_inputs reports an unusable schema as a 400
                 validator = None
             cached = self._snapshots[key] = (view_, validator)
-            while len(self._snapshots) > SNAPSHOT_CACHE:
-                self._snapshots.popitem(last=False)
-        else:
-            self._snapshots.move_to_end(key)
         return cached
 
     def _draft_or_conflict(self, workflow_id, owner, published_only):
